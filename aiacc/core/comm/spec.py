@@ -1,0 +1,278 @@
+"""What communication planning needs to know about a model and a cluster.
+
+A `ModelSpec` is the list of layers in forward order. Each layer has a forward and a backward time and
+the gradients it owns. Backward runs the layers in reverse order, so the gradients of the last layer are
+ready first; the next forward needs the gradients of layer i (after all-reduce) before running layer i.
+A `ClusterSpec` gives the shape of the job (nodes x workers per node) and the alpha-beta parameters of
+the links inside and between nodes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from aiacc.core.comm.errors import CommError
+
+
+@dataclass(frozen=True)
+class GradientSpec:
+    """One gradient tensor: the parameter's name, element count and dtype."""
+
+    name: str
+    numel: int
+    dtype: str = "float32"
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A unit of compute: forward and backward seconds, and the gradients its backward produces."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+    grads: tuple[GradientSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Layers in forward order. Derived quantities (ready times, priorities) are computed on demand."""
+
+    name: str
+    layers: tuple[Layer, ...]
+
+    def __post_init__(self):
+        seen: set[str] = set()
+        for layer in self.layers:
+            if layer.forward_s < 0 or layer.backward_s < 0:
+                raise CommError(f"model {self.name}: layer {layer.name} has a negative compute time")
+            for g in layer.grads:
+                if g.name in seen:
+                    raise CommError(f"model {self.name}: gradient {g.name} appears twice")
+                if g.numel <= 0:
+                    raise CommError(f"model {self.name}: gradient {g.name} has {g.numel} elements")
+                seen.add(g.name)
+
+    @property
+    def forward_s(self) -> float:
+        return float(sum(l.forward_s for l in self.layers))
+
+    @property
+    def backward_s(self) -> float:
+        return float(sum(l.backward_s for l in self.layers))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for l in self.layers for g in l.grads)
+
+    @property
+    def numel(self) -> int:
+        return sum(g.numel for l in self.layers for g in l.grads)
+
+    def backward_order(self) -> list[tuple[GradientSpec, float, int]]:
+        """(gradient, ready time from the start of backward, forward layer index), in backward order."""
+        out = []
+        t = 0.0
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[i]
+            t += layer.backward_s
+            for g in layer.grads:
+                out.append((g, t, i))
+        return out
+
+    def gradients(self) -> list[GradientSpec]:
+        """Gradients in the order backward produces them."""
+        return [g for g, _, _ in self.backward_order()]
+
+    def with_dtype(self, dtype: str) -> "ModelSpec":
+        """The same model with every gradient sent as `dtype` (e.g. float16 compression)."""
+        return ModelSpec(self.name, tuple(
+            Layer(l.name, l.forward_s, l.backward_s,
+                  tuple(GradientSpec(g.name, g.numel, dtype, g.shape) for g in l.grads)) for l in self.layers))
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """nodes x workers_per_node workers. Bandwidths in bytes/s, latencies in seconds.
+
+    `inter_bandwidth` is one node's network interface (shared by its workers); `intra_bandwidth` is a
+    worker's link inside a node (NVLink/PCIe/shared memory).
+    """
+
+    nodes: int
+    workers_per_node: int
+    inter_bandwidth: float
+    inter_latency: float = 30e-6
+    intra_bandwidth: float = 100e9
+    intra_latency: float = 5e-6
+
+    def __post_init__(self):
+        if self.nodes < 1 or self.workers_per_node < 1:
+            raise CommError(f"cluster needs at least one node and one worker per node, got "
+                            f"{self.nodes} x {self.workers_per_node}")
+        for k in ("inter_bandwidth", "intra_bandwidth"):
+            if not getattr(self, k) > 0:
+                raise CommError(f"cluster {k} must be positive, got {getattr(self, k)}")
+        for k in ("inter_latency", "intra_latency"):
+            if getattr(self, k) < 0:
+                raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.workers_per_node
+
+    @classmethod
+    def from_workers(cls, workers: int, workers_per_node: int = 8, network_gbps: float = 25.0,
+                     **kw: Any) -> "ClusterSpec":
+        """A cluster of `workers` workers, `workers_per_node` per node, nodes joined by `network_gbps`."""
+        per = min(workers, workers_per_node)
+        if workers % per:
+            raise CommError(f"{workers} workers do not fill nodes of {workers_per_node}")
+        return cls(nodes=workers // per, workers_per_node=per, inter_bandwidth=network_gbps * 1e9 / 8, **kw)
+
+
+# -- gradient specs from a parameter list ----------------------------------------------------------
+
+def _layer_of(name: str) -> str:
+    """The module path of a parameter ("layer1.0.conv1.weight" -> "layer1.0.conv1")."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def gradient_specs_from_params(params: Iterable[tuple[str, Sequence[int], Any]], *, name: str = "model",
+                               forward_s: float | Sequence[float] = 0.0,
+                               backward_s: float | Sequence[float] | None = None) -> ModelSpec:
+    """A ModelSpec from (name, shape, dtype) triples listed in forward order (e.g. `named_parameters()`).
+
+    Consecutive parameters sharing a module path form one layer. Compute times are unknown here: give
+    totals (spread over layers in proportion to their parameter count) or one value per layer;
+    `backward_s` defaults to twice `forward_s`.
+    """
+    groups: list[tuple[str, list[GradientSpec]]] = []
+    for pname, shape, dtype in params:
+        shape = tuple(int(d) for d in shape)
+        numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        g = GradientSpec(pname, numel, np.dtype(dtype).name if not hasattr(dtype, "is_floating_point")
+                         else str(dtype).replace("torch.", ""), shape)
+        lname = _layer_of(pname)
+        if groups and groups[-1][0] == lname:
+            groups[-1][1].append(g)
+        else:
+            groups.append((lname, [g]))
+    if not groups:
+        raise CommError(f"model {name}: no parameters to communicate")
+    n = len(groups)
+    sizes = np.array([sum(g.numel for g in gs) for _, gs in groups], dtype=np.float64)
+
+    def spread(v: float | Sequence[float], what: str) -> list[float]:
+        if isinstance(v, (int, float)):
+            return list(float(v) * sizes / sizes.sum())
+        v = [float(x) for x in v]
+        if len(v) != n:
+            raise CommError(f"model {name}: {what} has {len(v)} entries for {n} layers")
+        return v
+
+    fwd = spread(forward_s, "forward_s")
+    bwd = [2 * f for f in fwd] if backward_s is None else spread(backward_s, "backward_s")
+    return ModelSpec(name, tuple(Layer(l, f, b, tuple(gs)) for (l, gs), f, b in zip(groups, fwd, bwd)))
+
+
+# -- gradient specs from the IR -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """A roofline cost model of one worker: a layer takes max(flops / flop_rate, bytes / mem_bandwidth)."""
+
+    flop_rate: float = 30e12
+    mem_bandwidth: float = 800e9
+    symbol_size: int = 1  # the size assumed for a symbolic dimension (e.g. the batch "N")
+    backward_factor: float = 2.0  # backward costs about twice the forward (grads of inputs and weights)
+
+    def seconds(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.flop_rate, nbytes / self.mem_bandwidth)
+
+
+def _numel(shape, symbol_size: int) -> int:
+    if shape is None:
+        return 0
+    return int(np.prod([d if isinstance(d, int) else symbol_size for d in shape], dtype=np.int64))
+
+
+def _node_cost(node, params: list, device: DeviceModel) -> tuple[float, float]:
+    """(flops, bytes) of one node: 2 MACs per weight per output position for weighted ops, else 1 flop
+    per output element."""
+    out_elems = sum(_numel(v.shape, device.symbol_size) for v in node.outputs)
+    nbytes = 0.0
+    for v in list(node.inputs) + list(node.outputs):
+        if v is not None and v.dtype is not None:
+            nbytes += _numel(v.shape, device.symbol_size) * np.dtype(v.dtype).itemsize
+    big = [p for p in params if p.const.ndim >= 2]
+    if big and node.outputs and node.outputs[0].shape:
+        out = node.outputs[0]
+        shape = out.shape
+        channel_dim = 1 if node.op in ("Conv", "ConvTranspose") and len(shape) > 1 else -1
+        c = shape[channel_dim] if isinstance(shape[channel_dim], int) and shape[channel_dim] else 1
+        positions = _numel(shape, device.symbol_size) / c
+        flops = 2.0 * sum(p.const.size for p in big) * positions
+    else:
+        flops = float(out_elems)
+    return flops, nbytes
+
+
+def gradient_specs_from_graph(graph, *, cost_model: DeviceModel | None = None,
+                              profile: dict[str, tuple[float, float]] | None = None,
+                              trainable: Iterable[str] | None = None) -> ModelSpec:
+    """A ModelSpec from an aiacc IR graph.
+
+    Parameters are the floating-point initializers read by nodes (or those named in `trainable`),
+    ordered by first use in the forward pass; each node that first reads a parameter starts a layer that
+    also takes the cost of the following parameter-free nodes. Times come from `profile`
+    ({node name: (forward_s, backward_s)}, e.g. measured) or from the roofline `cost_model`.
+    """
+    device = cost_model or DeviceModel()
+    wanted = None if trainable is None else set(trainable)
+    seen: set[str] = set()
+    layers: list[list[Any]] = []  # [name, fwd, bwd, grads]
+    pending_fwd = pending_bwd = 0.0  # cost of parameter-free nodes before the first layer
+    for node in graph:
+        params = []
+        for v in node.inputs:
+            if v is None or v.const is None or v.name in seen:
+                continue
+            if not np.issubdtype(v.const.dtype, np.floating):
+                continue
+            if wanted is not None and v.name not in wanted:
+                continue
+            seen.add(v.name)
+            params.append(v)
+        if profile is not None and node.name in profile:
+            fwd, bwd = (float(x) for x in profile[node.name])
+        else:
+            all_params = [v for v in node.inputs if v is not None and v.const is not None
+                          and np.issubdtype(v.const.dtype, np.floating)]
+            flops, nbytes = _node_cost(node, all_params, device)
+            fwd = device.seconds(flops, nbytes)
+            bwd = fwd * device.backward_factor
+        if params:
+            grads = tuple(GradientSpec(p.name, int(p.const.size), p.const.dtype.name, tuple(p.const.shape))
+                          for p in params)
+            layers.append([node.name, fwd, bwd, grads])
+        elif layers:
+            layers[-1][1] += fwd
+            layers[-1][2] += bwd
+        else:
+            pending_fwd += fwd
+            pending_bwd += bwd
+    if not layers:
+        raise CommError(f"graph {graph.name}: no floating-point parameters to communicate")
+    layers[0][1] += pending_fwd
+    layers[0][2] += pending_bwd
+    if wanted is not None and wanted - seen:
+        raise CommError(f"graph {graph.name}: trainable parameter {sorted(wanted - seen)[0]} is not read by any node")
+    return ModelSpec(graph.name, tuple(Layer(n, f, b, g) for n, f, b, g in layers))

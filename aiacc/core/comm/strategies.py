@@ -1,0 +1,202 @@
+"""Communication strategies. Each turns a ModelSpec into a Plan; all run on the same simulator.
+
+per_tensor      one all-reduce per gradient, in the order backward produces them.
+horovod         Horovod's tensor fusion: every `cycle_s` the background loop fuses the gradients that
+                became ready into buffers of at most 64 MB, sent in order.
+ddp             PyTorch DistributedDataParallel: gradients in reverse parameter order packed into
+                buckets (1 MB for the first, then 25 MB), each sent when all its gradients are ready.
+bytescheduler   ByteScheduler: tensors cut into partitions (4 MB), no fusion, and the network always
+                sends the ready partition whose layer the next forward needs first.
+aiacc           aiacc's plan: for several partition sizes, bucket boundaries chosen by dynamic
+                programming over the gradient order (minimising when each prefix of the gradients has
+                been all-reduced), scheduled FIFO or by priority; every candidate, and the plans of
+                the strategies above, is run through the simulator and the fastest one is kept.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from aiacc.core.comm.cost import CostModel
+from aiacc.core.comm.errors import CommError
+from aiacc.core.comm.plan import COMPRESSIONS, Bucket, Piece, Plan
+from aiacc.core.comm.simulate import SimResult, simulate
+from aiacc.core.comm.spec import ClusterSpec, ModelSpec
+
+MB = 1 << 20
+
+
+def _itemsize(g, compression: str) -> int:
+    return np.dtype(COMPRESSIONS[compression] or g.dtype).itemsize
+
+
+def per_tensor(model: ModelSpec, cluster: ClusterSpec | None = None, *, compression: str = "none") -> Plan:
+    buckets = tuple(Bucket((Piece(g.name, 0, g.numel),), priority=i)
+                    for g, _, i in model.backward_order())
+    return Plan("per-tensor", buckets, "fifo", compression)
+
+
+def horovod(model: ModelSpec, cluster: ClusterSpec | None = None, *, threshold: int = 64 * MB,
+            cycle_s: float = 5e-3, compression: str = "none") -> Plan:
+    """Horovod tensor fusion (HOROVOD_FUSION_THRESHOLD=64 MB, HOROVOD_CYCLE_TIME=5 ms)."""
+    buckets: list[Bucket] = []
+    cur: list[Piece] = []
+    cur_bytes = 0
+    cur_tick = None
+    for g, ready, layer in model.backward_order():
+        tick = math.ceil(ready / cycle_s - 1e-9) * cycle_s if cycle_s > 0 else ready
+        nbytes = g.numel * _itemsize(g, compression)
+        if cur and (tick != cur_tick or cur_bytes + nbytes > threshold):
+            buckets.append(Bucket(tuple(cur), 0, cur_tick))
+            cur, cur_bytes = [], 0
+        cur.append(Piece(g.name, 0, g.numel))
+        cur_bytes += nbytes
+        cur_tick = tick
+    if cur:
+        buckets.append(Bucket(tuple(cur), 0, cur_tick))
+    return Plan("horovod", tuple(buckets), "fifo", compression,
+                params={"threshold": threshold, "cycle_s": cycle_s})
+
+
+def ddp(model: ModelSpec, cluster: ClusterSpec | None = None, *, bucket_cap: int = 25 * MB,
+        first_bucket_cap: int = 1 * MB, compression: str = "none") -> Plan:
+    """torch DDP's bucketing (bucket_cap_mb=25, first bucket 1 MB), gradients in reverse parameter order."""
+    buckets: list[Bucket] = []
+    cur: list[Piece] = []
+    cur_bytes = 0
+    for g, _, layer in model.backward_order():
+        cap = first_bucket_cap if not buckets else bucket_cap
+        cur.append(Piece(g.name, 0, g.numel))
+        cur_bytes += g.numel * _itemsize(g, compression)
+        if cur_bytes >= cap:
+            buckets.append(Bucket(tuple(cur)))
+            cur, cur_bytes = [], 0
+    if cur:
+        buckets.append(Bucket(tuple(cur)))
+    return Plan("ddp", tuple(buckets), "fifo", compression,
+                params={"bucket_cap": bucket_cap, "first_bucket_cap": first_bucket_cap})
+
+
+def _pieces(model: ModelSpec, partition_bytes: float | None, compression: str):
+    """(piece, ready time, layer index, wire bytes) in backward order, tensors cut at partition_bytes."""
+    out = []
+    for g, ready, layer in model.backward_order():
+        item = _itemsize(g, compression)
+        step = g.numel if not partition_bytes else max(1, int(partition_bytes // item))
+        for s in range(0, g.numel, step):
+            e = min(g.numel, s + step)
+            out.append((Piece(g.name, s, e), ready, layer, (e - s) * item))
+    return out
+
+
+def bytescheduler(model: ModelSpec, cluster: ClusterSpec | None = None, *, partition: int = 4 * MB,
+                  compression: str = "none") -> Plan:
+    buckets = tuple(Bucket((p,), priority=layer) for p, _, layer, _ in _pieces(model, partition, compression))
+    return Plan("bytescheduler", buckets, "priority", compression, params={"partition": partition})
+
+
+def dp_buckets(pieces, cost: CostModel, cap: float | None = None) -> list[tuple[int, int]]:
+    """Split `pieces` (in ready order) into consecutive buckets minimising when the last one is done.
+
+    F[i] = min over j of max(F[j], ready[i-1]) + cost(bytes[j:i]) is the earliest time the first i
+    pieces can have been all-reduced by FIFO buckets. F is non-decreasing in the earlier finish time,
+    so keeping the best F for every prefix is optimal. `cap` limits a bucket's bytes (keeps buckets
+    small enough for priority scheduling); a single piece always fits.
+    """
+    m = len(pieces)
+    ready = np.array([r for _, r, _, _ in pieces])
+    csum = np.concatenate([[0.0], np.cumsum([b for _, _, _, b in pieces])])
+    F = np.zeros(m + 1)
+    arg = np.zeros(m + 1, dtype=np.int64)
+    for i in range(1, m + 1):
+        j0 = 0
+        if cap:
+            # smallest j with bytes[j:i] <= cap, but at least the single piece i-1
+            j0 = min(i - 1, int(np.searchsorted(csum, csum[i] - cap, side="left")))
+        js = np.arange(j0, i)
+        cand = np.maximum(F[js], ready[i - 1]) + cost.time(csum[i] - csum[js])
+        k = int(np.argmin(cand))
+        F[i] = cand[k]
+        arg[i] = js[k]
+    spans = []
+    i = m
+    while i > 0:
+        spans.append((int(arg[i]), i))
+        i = int(arg[i])
+    return spans[::-1]
+
+
+def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None = None, cap: float | None = None,
+            scheduling: str = "priority", compression: str = "none", cost: CostModel | None = None) -> Plan:
+    """Buckets from `dp_buckets` over the gradients cut at `partition` bytes."""
+    cost = cost or CostModel(cluster)
+    pieces = _pieces(model, partition, compression)
+    buckets = tuple(Bucket(tuple(p for p, _, _, _ in pieces[j:i]), priority=min(l for _, _, l, _ in pieces[j:i]))
+                    for j, i in dp_buckets(pieces, cost, cap))
+    return Plan("aiacc", buckets, scheduling, compression,
+                params={"partition": partition, "cap": cap, "scheduling": scheduling})
+
+
+def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
+                 cost: CostModel | None = None, baselines: bool = True) -> tuple[Plan, SimResult, list[SimResult]]:
+    """aiacc's planner: simulate every candidate plan and keep the fastest.
+
+    Candidates: dynamic-programming buckets (unbounded, and capped at sizes around the point where a
+    message's latency is a few percent of its transfer time) over whole tensors and over partitions,
+    each scheduled by priority and FIFO; with `baselines`, the other strategies' plans too, so aiacc
+    is never slower than them on the simulator. Returns (plan, its result, all results).
+    """
+    cost = cost or CostModel(cluster)
+    lin = cost.bound_terms()
+    total = max(1, sum(g.numel for g in model.gradients()) * 4)
+    # the size at which latency is 1/16 of the transfer; scan a factor of 64 around it
+    knee = lin.latency / lin.coef * 16 if lin.coef > 0 else total
+    sizes = sorted({float(max(64 * 1024, min(total, knee * 2.0 ** e))) for e in range(-3, 4)})
+    candidates: list[Plan] = []
+    for scheduling in ("priority", "fifo"):
+        candidates.append(dp_plan(model, cluster, partition=None, cap=None, scheduling=scheduling,
+                                  compression=compression, cost=cost))
+        for s in sizes:
+            candidates.append(dp_plan(model, cluster, partition=s, cap=s, scheduling=scheduling,
+                                      compression=compression, cost=cost))
+            candidates.append(dp_plan(model, cluster, partition=None, cap=s, scheduling=scheduling,
+                                      compression=compression, cost=cost))
+    if baselines:
+        for name, make in STRATEGIES.items():
+            if name != "aiacc":
+                p = make(model, cluster, compression=compression)
+                candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": name, **p.params}))
+    results = [simulate(model, cluster, p, cost, validate=False) for p in candidates]
+    k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
+    return candidates[k], results[k], results
+
+
+def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none") -> Plan:
+    return aiacc_search(model, cluster, compression=compression)[0]
+
+
+STRATEGIES: dict[str, Callable[..., Plan]] = {
+    "per-tensor": per_tensor,
+    "horovod": horovod,
+    "ddp": ddp,
+    "bytescheduler": bytescheduler,
+    "aiacc": aiacc,
+}
+
+
+def make_plan(strategy: str, model: ModelSpec, cluster: ClusterSpec, **kw) -> Plan:
+    """The plan of a named strategy (see STRATEGIES)."""
+    try:
+        make = STRATEGIES[strategy]
+    except KeyError:
+        raise CommError(f"unknown communication strategy {strategy!r}; expected one of {sorted(STRATEGIES)}") from None
+    return make(model, cluster, **kw)
+
+
+def compare(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none") -> dict[str, SimResult]:
+    """Simulated iteration of every strategy on one model and cluster."""
+    cost = CostModel(cluster)
+    return {name: simulate(model, cluster, make_plan(name, model, cluster, compression=compression), cost)
+            for name in STRATEGIES}

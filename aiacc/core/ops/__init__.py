@@ -1,0 +1,4 @@
+"""The op registry and every op aiacc knows (ONNX semantics; fused ops in the domain "aiacc")."""
+from aiacc.core.ops.registry import (REQUIRED, Attr, InferContext, OpSchema, all_schemas, get_schema,  # noqa: F401
+                                     infer_by_running, infer_node, op)
+from aiacc.core.ops import elementwise, nn, tensor  # noqa: F401,E402  (registers the ops)

@@ -1,0 +1,236 @@
+"""The op registry: one `OpSchema` per (domain, op) with its attributes, shape/dtype inference and a numpy
+reference kernel.
+
+Ops are registered with the `op` decorator on their kernel:
+
+    @op("Relu", infer=same_as_input)
+    def relu(x):
+        return np.maximum(x, 0)
+
+A kernel takes the node's inputs positionally (None for an omitted optional input) and its attributes as
+keyword arguments (defaults filled in from the schema) and returns an array or a tuple of arrays.
+An inference function takes an `InferContext` and returns one `TensorType` per output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from aiacc.core.ir import Node, TensorType, type_of_array
+from aiacc.errors import AttributeError_, AiaccError, GraphError, ShapeError
+
+REQUIRED = object()  # default of an attribute that must be given
+
+_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute: its kind (one of int, float, string, ints, floats, strings, tensor) and default."""
+
+    kind: str
+    default: Any = None  # None: optional without default; REQUIRED: must be given
+
+    def check(self, node: Node, name: str, value: Any) -> None:
+        ok = {
+            "int": lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
+            "float": lambda v: isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool),
+            "string": lambda v: isinstance(v, str),
+            "ints": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, (int, np.integer)) for x in v),
+            "floats": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, np.number))
+                                                                     for x in v),
+            "strings": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
+            "tensor": lambda v: isinstance(v, np.ndarray),
+        }[self.kind]
+        if not ok(value):
+            raise AttributeError_(f"node {node.name} ({node.qualified_op}): attribute {name}={value!r} "
+                                  f"is not of kind {self.kind}")
+
+
+@dataclass
+class OpSchema:
+    """Everything aiacc knows about one op."""
+
+    op: str
+    domain: str
+    kernel: Callable[..., Any]
+    infer: Callable[["InferContext"], list[TensorType]]
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    inputs: tuple[int, int] = (1, 1)  # min, max number of inputs (max -1: variadic)
+    outputs: tuple[int, int] = (1, 1)
+    elementwise: bool = False  # output element i depends only on input elements i (after broadcasting)
+    doc: str = ""
+
+    @property
+    def qualified_op(self) -> str:
+        return f"{self.domain}::{self.op}" if self.domain else self.op
+
+    def resolved_attrs(self, node: Node) -> dict[str, Any]:
+        """The node's attributes with schema defaults filled in (None for optional attributes left out)."""
+        out = {}
+        for name, spec in self.attrs.items():
+            if name in node.attrs:
+                out[name] = node.attrs[name]
+            elif spec.default is REQUIRED:
+                raise AttributeError_(f"node {node.name} ({node.qualified_op}): required attribute {name} is missing")
+            else:
+                out[name] = spec.default
+        return out
+
+    def check_node(self, node: Node) -> None:
+        """Attributes known and well-typed, input and output counts in range."""
+        for name, value in node.attrs.items():
+            spec = self.attrs.get(name)
+            if spec is None:
+                known = ", ".join(sorted(self.attrs)) or "none"
+                raise AttributeError_(f"node {node.name} ({node.qualified_op}): unknown attribute {name!r} "
+                                      f"(known: {known})")
+            spec.check(node, name, value)
+        self.resolved_attrs(node)
+        lo, hi = self.inputs
+        n = len(node.inputs)
+        while n and node.inputs[n - 1] is None:
+            n -= 1
+        if n < lo or (hi >= 0 and n > hi):
+            raise GraphError(f"node {node.name} ({node.qualified_op}): takes {lo}..{'*' if hi < 0 else hi} "
+                             f"inputs, got {n}")
+        for i in range(lo):
+            if node.inputs[i] is None:
+                raise GraphError(f"node {node.name} ({node.qualified_op}): required input {i} is missing")
+        lo, hi = self.outputs
+        if len(node.outputs) < lo or (hi >= 0 and len(node.outputs) > hi):
+            raise GraphError(f"node {node.name} ({node.qualified_op}): has {len(node.outputs)} outputs, "
+                             f"expected {lo}..{'*' if hi < 0 else hi}")
+
+    def run(self, node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        """Run the reference kernel for `node` on numpy inputs; always returns a list."""
+        result = self.kernel(*arrays, **self.resolved_attrs(node))
+        if isinstance(result, (tuple, list)):
+            return [np.asarray(r) for r in result]
+        return [np.asarray(result)]
+
+
+class InferContext:
+    """What an inference function may look at: input types, constant inputs and resolved attributes."""
+
+    def __init__(self, node: Node, schema: OpSchema):
+        self.node = node
+        self.schema = schema
+        self.attrs = schema.resolved_attrs(node)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.node.inputs) and self.node.inputs[i] is not None
+
+    def type(self, i: int) -> TensorType | None:
+        v = self.node.inputs[i] if i < len(self.node.inputs) else None
+        return None if v is None else v.type
+
+    def shape(self, i: int):
+        t = self.type(i)
+        return None if t is None else t.shape
+
+    def dtype(self, i: int) -> str | None:
+        t = self.type(i)
+        return None if t is None else t.dtype
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The input's value when it is known at build time (an initializer or a Constant node's output)."""
+        v = self.node.inputs[i] if i < len(self.node.inputs) else None
+        if v is None:
+            return None
+        if v.const is not None:
+            return v.const
+        p = v.producer
+        if p is not None and p.op == "Constant" and p.domain == "" and "value" in p.attrs:
+            return np.asarray(p.attrs["value"])
+        return None
+
+    def fail(self, message: str) -> ShapeError:
+        """An error naming the node, its op and its input shapes."""
+        shapes = ", ".join("_" if v is None else f"%{v.name}: {v.type}" for v in self.node.inputs)
+        return ShapeError(f"node {self.node.name} ({self.node.qualified_op}): {message} (inputs: {shapes})")
+
+
+_REGISTRY: dict[tuple[str, str], OpSchema] = {}
+
+
+def op(name: str, *, domain: str = "", attrs: dict[str, Attr | tuple] | None = None,
+       inputs: tuple[int, int] | int = 1, outputs: tuple[int, int] | int = 1,
+       infer: Callable[[InferContext], list[TensorType]] | None = None, elementwise: bool = False):
+    """Decorator registering a reference kernel as op `name` in `domain`."""
+
+    def wrap(kernel):
+        spec = {k: (v if isinstance(v, Attr) else Attr(*v)) for k, v in (attrs or {}).items()}
+        for k, a in spec.items():
+            if a.kind not in _KINDS:
+                raise ValueError(f"op {name}: attribute {k} has unknown kind {a.kind}")
+        schema = OpSchema(
+            op=name, domain=domain, kernel=kernel, infer=infer or infer_by_running, attrs=spec,
+            inputs=(inputs, inputs) if isinstance(inputs, int) else inputs,
+            outputs=(outputs, outputs) if isinstance(outputs, int) else outputs,
+            elementwise=elementwise, doc=(kernel.__doc__ or "").strip())
+        _REGISTRY[(domain, name)] = schema
+        return kernel
+
+    return wrap
+
+
+def get_schema(op_type: str, domain: str = "") -> OpSchema | None:
+    """The schema of (domain, op_type), or None when the op is unknown (an opaque node)."""
+    if domain == "ai.onnx":
+        domain = ""
+    return _REGISTRY.get((domain, op_type))
+
+
+def all_schemas() -> list[OpSchema]:
+    return list(_REGISTRY.values())
+
+
+def infer_node(node: Node) -> list[TensorType | None]:
+    """Output types of a node whose op is registered. Unknown input types give unknown outputs."""
+    schema = node.schema
+    if schema is None:
+        return [None] * len(node.outputs)
+    schema.check_node(node)
+    ctx = InferContext(node, schema)
+    try:
+        types = schema.infer(ctx)
+    except AiaccError:
+        raise
+    except Exception as e:  # an inference bug or a shape the rule did not foresee
+        raise ctx.fail(f"shape inference failed: {e}") from e
+    types = list(types)
+    if len(types) < len(node.outputs):
+        types += [None] * (len(node.outputs) - len(types))
+    return types[:len(node.outputs)]
+
+
+def infer_by_running(ctx: InferContext) -> list[TensorType | None]:
+    """Fallback inference: run the kernel on constants or zeros when every input shape is concrete."""
+    arrays = []
+    for i in range(ctx.num_inputs):
+        if not ctx.has_input(i):
+            arrays.append(None)
+            continue
+        c = ctx.const(i)
+        if c is not None:
+            arrays.append(c)
+            continue
+        t = ctx.type(i)
+        if t is None or t.dtype is None or not t.is_static:
+            return [None] * len(ctx.node.outputs)
+        arrays.append(np.zeros(t.shape, dtype=t.dtype))
+    with np.errstate(all="ignore"):
+        try:
+            outs = ctx.schema.run(ctx.node, arrays)
+        except AiaccError:
+            raise
+        except Exception as e:
+            raise ctx.fail(str(e)) from e
+    return [type_of_array(o) for o in outs]
