@@ -140,13 +140,14 @@ def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None =
 
 
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
-                 cost: CostModel | None = None, baselines: bool = True) -> tuple[Plan, SimResult, list[SimResult]]:
+                 cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40) -> tuple[Plan, SimResult, list[SimResult]]:
     """aiacc's planner: simulate every candidate plan and keep the fastest.
 
     Candidates: dynamic-programming buckets (unbounded, and capped at sizes around the point where a
     message's latency is a few percent of its transfer time) over whole tensors and over partitions,
     each scheduled by priority and FIFO; with `baselines`, the other strategies' plans too, so aiacc
-    is never slower than them on the simulator. Returns (plan, its result, all results).
+    is never slower than them on the simulator. The winner is then refined by `refine` (hill-climbing
+    on bucket boundaries against the simulated timeline). Returns (plan, its result, all results).
     """
     cost = cost or CostModel(cluster)
     lin = cost.bound_terms()
@@ -170,7 +171,60 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
                 candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": name, **p.params}))
     results = [simulate(model, cluster, p, cost, validate=False) for p in candidates]
     k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
-    return candidates[k], results[k], results
+    best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds)
+    return best, best_res, results + [best_res]
+
+
+def _split(bucket: Bucket, layer_of: dict[str, int]) -> tuple[Bucket, Bucket] | None:
+    """Cut a bucket into two halves of (about) equal element count, cutting a piece if needed."""
+    total = bucket.numel
+    if total < 2:
+        return None
+    half, acc = total // 2, 0
+    left: list[Piece] = []
+    right: list[Piece] = []
+    for p in bucket.pieces:
+        if acc >= half:
+            right.append(p)
+        elif acc + p.numel <= half:
+            left.append(p)
+        else:
+            cut = p.start + (half - acc)
+            left.append(Piece(p.grad, p.start, cut))
+            right.append(Piece(p.grad, cut, p.stop))
+        acc += p.numel
+    if not left or not right:
+        return None
+    prio = lambda ps: min(layer_of[q.grad] for q in ps)
+    return (Bucket(tuple(left), prio(left), bucket.not_before), Bucket(tuple(right), prio(right), bucket.not_before))
+
+
+def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult, cost: CostModel,
+           rounds: int = 40) -> tuple[Plan, SimResult]:
+    """Hill-climb on the simulated iteration time: merge two neighbouring buckets or halve one, keep the
+    best move that helps, stop when none does (or after `rounds` moves)."""
+    layer_of = {g.name: i for i, l in enumerate(model.layers) for g in l.grads}
+    for _ in range(rounds):
+        b = list(plan.buckets)
+        moves = []
+        for k in range(len(b) - 1):
+            pieces = b[k].pieces + b[k + 1].pieces
+            merged = Bucket(pieces, min(b[k].priority, b[k + 1].priority), max(b[k].not_before, b[k + 1].not_before))
+            moves.append(b[:k] + [merged] + b[k + 2:])
+        for k in range(len(b)):
+            halves = _split(b[k], layer_of)
+            if halves:
+                moves.append(b[:k] + list(halves) + b[k + 1:])
+        best = None
+        for m in moves:
+            cand = Plan(plan.strategy, tuple(m), plan.scheduling, plan.compression, plan.notes, plan.params)
+            r = simulate(model, cluster, cand, cost, validate=False)
+            if r.iteration_s < (best[1].iteration_s if best else result.iteration_s) - 1e-9:
+                best = (cand, r)
+        if best is None:
+            break
+        plan, result = best
+    return plan, result
 
 
 def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none") -> Plan:
