@@ -1,0 +1,84 @@
+"""Run an IR graph in onnxruntime, handing the nodes onnxruntime cannot run (opaque nodes) back to the
+framework between onnxruntime segments.
+
+Plugins wrap an `OrtGraphRunner` in a model of their own kind (torch nn.Module, tf.Module, Gluon Block,
+CaffeModel). On the CPU provider, numpy inputs are passed to onnxruntime without a copy and outputs come
+back as numpy arrays that torch/TF/MXNet can wrap without a copy.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from aiacc.core.ir import Graph, Node
+from aiacc.core.partition import Segment, partition
+from aiacc.errors import KernelError, UnsupportedError
+
+
+def default_providers() -> list[str]:
+    """CUDA first where onnxruntime has it, then CPU."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def _run_meta_kernel(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    kernel = node.meta.get("kernel")
+    if kernel is None:
+        raise KernelError(f"no kernel for {node.domain or 'ai.onnx'}::{node.op} at node {node.name}: onnxruntime "
+                          f"cannot run it and the plugin attached no framework callable")
+    out = kernel(*arrays)
+    return [np.asarray(o) for o in out] if isinstance(out, (tuple, list)) else [np.asarray(out)]
+
+
+class OrtGraphRunner:
+    """onnxruntime sessions for each supported run of `graph`; opaque nodes run through `run_opaque`."""
+
+    def __init__(self, graph: Graph, *, providers: Sequence[str] | None = None, intra_op_threads: int = 0,
+                 run_opaque: Callable[[Node, list], list] | None = None):
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise UnsupportedError("backend='onnxruntime' needs the onnxruntime package "
+                                   "(pip install -c constraints.txt onnxruntime)") from e
+        from aiacc.core.onnx import to_onnx
+
+        self.graph = graph
+        self.providers = list(providers or default_providers())
+        self.run_opaque = run_opaque or _run_meta_kernel
+        self.segments: list[Segment] = partition(graph, supported=lambda n: n.schema is not None)
+        self.sessions: list = []
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if intra_op_threads:
+            options.intra_op_num_threads = intra_op_threads
+        for seg in self.segments:
+            if seg.graph is None:
+                self.sessions.append(None)
+                continue
+            proto = to_onnx(seg.graph)
+            self.sessions.append(ort.InferenceSession(proto.SerializeToString(), options,
+                                                      providers=self.providers))
+        self.constants = {name: v.const for name, v in graph.initializers.items()}
+        self.input_names = [v.name for v in graph.inputs]
+        self.output_names = [v.name for v in graph.outputs]
+
+    @property
+    def num_opaque(self) -> int:
+        return sum(1 for s in self.segments if s.node is not None)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Outputs in graph-output order for numpy feeds keyed by graph input name."""
+        env: dict[str, np.ndarray] = dict(feeds)
+        for seg, sess in zip(self.segments, self.sessions):
+            if sess is not None:
+                ins = {name: np.ascontiguousarray(env[name]) for name in seg.input_names}
+                outs = sess.run(seg.output_names, ins)
+                env.update(zip(seg.output_names, outs))
+            else:
+                node = seg.node
+                args = [None if v is None else (v.const if v.is_constant else env[v.name]) for v in node.inputs]
+                env.update(zip(seg.output_names, self.run_opaque(node, args)))
+        return [env[name] if name in env else self.constants[name] for name in self.output_names]
