@@ -1,0 +1,492 @@
+"""The pass manager: named passes grouped in optimization levels, a debug mode that checks the graph and
+its numerics after every pass, and a report of what each pass changed.
+
+Levels follow onnxruntime's spirit:
+
+    0  nothing
+    1  basic cleanups that never change the op vocabulary: DCE, constant folding, CSE, Identity/Dropout
+       removal, Transpose/Reshape cancellation
+    2  + fusions into standard or aiacc ops: BatchNorm folding, Pad folding, Conv/Gemm fusions, GELU and
+       LayerNorm recognition
+    3  + aggressive: attention recognition and elementwise fusion (numba kernels)
+
+A pass is an instance of `Pass` (or a subclass) registered with `register_pass`; its docstring states what it
+assumes and what it guarantees. `run_passes(graph, level=2)` runs the pipeline for a level in place;
+`passes=[...]` runs exactly the named passes in that order; `disable=[...]` skips some.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from aiacc.core.ir import Graph, Node
+from aiacc.errors import AiaccError, GraphError, KernelError, VerificationError
+
+MODES = ("inference", "training")
+
+
+class PassContext:
+    """What a running pass may consult and record: the mode, the level and free-form counters."""
+
+    def __init__(self, mode: str = "inference", level: int = 2):
+        if mode not in MODES:
+            raise AiaccError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        self.mode = mode
+        self.level = level
+        self.counters: dict[str, int] = {}
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add n to a named counter reported with the pass (e.g. count("rule:conv_relu"))."""
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    @property
+    def inference(self) -> bool:
+        return self.mode == "inference"
+
+
+class Pass:
+    """One graph transformation. Subclasses set `name`, `level`, `modes` and implement `run`.
+
+    `run(graph, ctx)` mutates the graph in place and returns the number of rewrites it made (0 when it
+    changed nothing). The docstring of each pass says what it assumes and what it guarantees.
+    """
+
+    name: str = ""
+    level: int = 1
+    modes: tuple[str, ...] = MODES
+
+    def run(self, graph: Graph, ctx: PassContext) -> int:
+        raise NotImplementedError
+
+    def applies(self, mode: str) -> bool:
+        return mode in self.modes
+
+    @property
+    def doc(self) -> str:
+        return (type(self).__doc__ or "").strip()
+
+    def __repr__(self) -> str:
+        return f"<Pass {self.name} (level {self.level})>"
+
+
+class FunctionPass(Pass):
+    """A pass made from a function `fn(graph, ctx) -> int`; the function's docstring is the pass's."""
+
+    def __init__(self, name: str, fn: Callable[[Graph, PassContext], int], level: int = 1,
+                 modes: tuple[str, ...] = MODES):
+        self.name, self.fn, self.level, self.modes = name, fn, level, tuple(modes)
+        self.__doc__ = fn.__doc__
+
+    def run(self, graph: Graph, ctx: PassContext) -> int:
+        return int(self.fn(graph, ctx) or 0)
+
+    @property
+    def doc(self) -> str:
+        return (self.fn.__doc__ or "").strip()
+
+
+_PASSES: dict[str, Pass] = {}
+
+# The pipeline order; a level runs the passes of this list whose level is <= the requested level.
+PIPELINE: list[str] = [
+    "identity_removal",
+    "constant_folding",
+    "cse",
+    "transpose_reshape_cancellation",
+    "dce",
+    "pad_folding",
+    "batchnorm_folding",
+    "gemm_fusion",
+    "gelu_recognition",
+    "layernorm_recognition",
+    "conv_fusion",
+    "attention_recognition",
+    "elementwise_fusion",
+    "dce",
+]
+
+
+def register_pass(p: Pass | type | None = None, *, name: str | None = None, level: int | None = None,
+                  modes: Iterable[str] | None = None):
+    """Register a pass instance, a Pass subclass (instantiated) or, as a decorator on a function
+    `fn(graph, ctx) -> int`, a FunctionPass. Returns what it was given."""
+
+    def add(obj):
+        if isinstance(obj, type) and issubclass(obj, Pass):
+            inst = obj()
+        elif isinstance(obj, Pass):
+            inst = obj
+        elif callable(obj):
+            inst = FunctionPass(name or obj.__name__, obj, level if level is not None else 1,
+                                tuple(modes) if modes is not None else MODES)
+        else:
+            raise TypeError(f"cannot register {obj!r} as a pass")
+        if not inst.name:
+            raise AiaccError(f"pass {obj!r} has no name")
+        _PASSES[inst.name] = inst
+        return obj
+
+    return add if p is None else add(p)
+
+
+def _load_builtin_passes() -> None:
+    # importing the package registers every built-in pass (one module per pass)
+    import aiacc.core.passes  # noqa: F401
+
+
+def get_pass(name: str) -> Pass:
+    _load_builtin_passes()
+    try:
+        return _PASSES[name]
+    except KeyError:
+        known = ", ".join(sorted(_PASSES))
+        raise AiaccError(f"unknown pass {name!r} (known passes: {known})") from None
+
+
+def all_passes() -> dict[str, Pass]:
+    _load_builtin_passes()
+    return dict(_PASSES)
+
+
+def pipeline(level: int = 2, mode: str = "inference") -> list[Pass]:
+    """The passes a level runs, in order (passes that do not apply to `mode` left out)."""
+    if not 0 <= level <= 3:
+        raise AiaccError(f"optimization level must be 0..3, got {level}")
+    _load_builtin_passes()
+    out = []
+    for n in PIPELINE:
+        p = _PASSES.get(n)
+        if p is not None and p.level <= level and p.applies(mode):
+            out.append(p)
+    return out
+
+
+def passes_by_level(mode: str = "inference") -> dict[int, list[str]]:
+    """{level: names of the passes it runs}, for documentation and reports."""
+    return {lvl: [p.name for p in pipeline(lvl, mode)] for lvl in range(4)}
+
+
+# ------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class PassRecord:
+    """What one pass did to the graph."""
+
+    name: str
+    rewrites: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    removed: int = 0  # nodes that existed before and not after
+    added: int = 0  # nodes that exist after and not before
+    fused: int = 0  # added nodes in the aiacc domain (fused ops)
+    const_bytes_before: int = 0
+    const_bytes_after: int = 0
+    seconds: float = 0.0
+    ops_removed: dict[str, int] = field(default_factory=dict)
+    ops_added: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    checked: str = ""  # debug mode: "graph", "graph+numerics" or why numerics were not checked
+
+    @property
+    def const_bytes_saved(self) -> int:
+        return self.const_bytes_before - self.const_bytes_after
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.rewrites or self.removed or self.added or self.const_bytes_saved)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "rewrites": self.rewrites, "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after, "removed": self.removed, "added": self.added, "fused": self.fused,
+            "const_bytes_before": self.const_bytes_before, "const_bytes_after": self.const_bytes_after,
+            "const_bytes_saved": self.const_bytes_saved, "seconds": self.seconds,
+            "ops_removed": dict(self.ops_removed), "ops_added": dict(self.ops_added),
+            "counters": dict(self.counters), "checked": self.checked,
+        }
+
+
+@dataclass
+class PassReport:
+    """The records of every pass a run_passes call ran, in order."""
+
+    level: int
+    mode: str
+    records: list[PassRecord] = field(default_factory=list)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    const_bytes_before: int = 0
+    const_bytes_after: int = 0
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> PassRecord:
+        """The (first) record of the pass called `name`."""
+        for r in self.records:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.records)
+
+    @property
+    def fused(self) -> int:
+        return sum(r.fused for r in self.records)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level, "mode": self.mode, "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after, "const_bytes_before": self.const_bytes_before,
+            "const_bytes_after": self.const_bytes_after, "ops_before": dict(self.ops_before),
+            "ops_after": dict(self.ops_after), "seconds": self.seconds,
+            "passes": [r.as_dict() for r in self.records],
+        }
+
+    def table(self):
+        """A rich Table: one row per pass."""
+        from rich.table import Table
+
+        t = Table(title=f"aiacc passes (level {self.level}, {self.mode}): {self.nodes_before} -> "
+                        f"{self.nodes_after} nodes, constants {_bytes(self.const_bytes_before)} -> "
+                        f"{_bytes(self.const_bytes_after)}")
+        for col in ("pass", "rewrites", "removed", "added", "fused", "const saved", "ms", "ops"):
+            t.add_column(col, justify="left" if col in ("pass", "ops") else "right")
+        for r in self.records:
+            ops = ", ".join([f"-{k}x{v}" for k, v in r.ops_removed.items()]
+                            + [f"+{k}x{v}" for k, v in r.ops_added.items()])
+            t.add_row(r.name, str(r.rewrites), str(r.removed), str(r.added), str(r.fused),
+                      _bytes(r.const_bytes_saved), f"{r.seconds * 1e3:.1f}", ops)
+        return t
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        console = Console(width=140, record=True, file=_Null())
+        console.print(self.table())
+        return console.export_text()
+
+
+class _Null:
+    def write(self, s):  # rich needs a file; the text comes from export_text
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+def _bytes(n: int) -> str:
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return f"{sign}{n}"
+
+
+# ------------------------------------------------------------------------------------------------
+# debug checks
+# ------------------------------------------------------------------------------------------------
+def random_feeds(graph: Graph, seed: int = 0, batch: int = 2, size: int = 8) -> dict[str, np.ndarray]:
+    """Random inputs matching the graph input types: symbols in the first dimension bound to `batch`,
+    other symbols and unknown dimensions to `size` (the same symbol gets the same size everywhere)."""
+    rng = np.random.default_rng(seed)
+    bound: dict[str, int] = {}
+    feeds = {}
+    for v in graph.inputs:
+        if v.type is None or v.shape is None:
+            raise VerificationError(f"graph input %{v.name} has no known shape: pass feeds= to check numerics")
+        dims = []
+        for k, d in enumerate(v.shape):
+            if isinstance(d, int):
+                dims.append(d)
+            elif isinstance(d, str):
+                dims.append(bound.setdefault(d, batch if k == 0 else size))
+            else:
+                dims.append(batch if k == 0 else size)
+        dtype = np.dtype(v.dtype or "float32")
+        if dtype.kind == "f":
+            a = rng.standard_normal(dims).astype(dtype)
+        elif dtype.kind in "iu":
+            a = rng.integers(0, 4, dims).astype(dtype)
+        elif dtype.kind == "b":
+            a = rng.random(dims) > 0.5
+        else:
+            raise VerificationError(f"graph input %{v.name}: cannot make random {dtype.name} data: pass feeds=")
+        feeds[v.name] = a
+    return feeds
+
+
+def compare(expected: list[np.ndarray], actual: list[np.ndarray], rtol: float, atol: float) -> str | None:
+    """None when outputs agree within atol + rtol * max|expected|, else what differs."""
+    if len(expected) != len(actual):
+        return f"{len(actual)} outputs instead of {len(expected)}"
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if e.shape != a.shape:
+            return f"output {i} has shape {list(a.shape)} instead of {list(e.shape)}"
+        if e.dtype != a.dtype:
+            return f"output {i} has dtype {a.dtype.name} instead of {e.dtype.name}"
+        if e.dtype.kind in "fc":
+            if not e.size:
+                continue
+            both_nan = np.isnan(e) & np.isnan(a)
+            scale = max(float(np.nanmax(np.abs(e))) if np.isfinite(e).any() else 0.0, 1e-30)
+            diff = np.where(both_nan, 0.0, np.abs(e.astype(np.float64) - a.astype(np.float64)))
+            err = float(np.max(diff))
+            if not np.isfinite(err) or err > atol + rtol * scale:
+                return f"output {i} differs by {err:.3g} (max |expected| {scale:.3g}, rtol={rtol}, atol={atol})"
+        elif not np.array_equal(e, a):
+            return f"output {i} differs"
+    return None
+
+
+def _run_outputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    from aiacc.core.runtime.executor import run
+
+    out = run(graph, feeds)
+    return [out[v.name] for v in graph.outputs]
+
+
+# ------------------------------------------------------------------------------------------------
+# the manager
+# ------------------------------------------------------------------------------------------------
+def _names(spec: Any) -> list[str]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [s.strip() for s in spec.split(",") if s.strip()]
+    out = []
+    for s in spec:
+        out.append(s.name if isinstance(s, Pass) else str(s))
+    return out
+
+
+class PassManager:
+    """Runs a list of passes over a graph, recording each one and (in debug mode) checking it."""
+
+    def __init__(self, passes: list[Pass], *, level: int = 2, mode: str = "inference", debug: bool = False,
+                 feeds: Mapping[str, np.ndarray] | None = None, rtol: float = 1e-4, atol: float = 1e-5):
+        self.passes = passes
+        self.level = level
+        self.mode = mode
+        self.debug = debug
+        self.feeds = feeds
+        self.rtol, self.atol = rtol, atol
+
+    def run(self, graph: Graph) -> PassReport:
+        report = PassReport(level=self.level, mode=self.mode, nodes_before=len(graph),
+                            const_bytes_before=graph.constant_bytes(), ops_before=graph.op_histogram())
+        baseline = feeds = None
+        numerics_note = ""
+        if self.debug:
+            _verify_graph(graph, "the input graph (before any pass)")
+            try:
+                feeds = dict(self.feeds) if self.feeds is not None else random_feeds(graph)
+                baseline = _run_outputs(graph, feeds)
+            except (KernelError, VerificationError) as e:
+                numerics_note = f"numerics not checked: {e}"
+        for p in self.passes:
+            ctx = PassContext(self.mode, self.level)
+            before_nodes = {id(n): n.qualified_op for n in graph}
+            rec = PassRecord(p.name, nodes_before=len(graph), const_bytes_before=graph.constant_bytes())
+            t0 = time.perf_counter()
+            try:
+                rec.rewrites = int(p.run(graph, ctx) or 0)
+            except AiaccError:
+                raise
+            except Exception as e:  # a bug in the pass: name it
+                raise AiaccError(f"pass {p.name} failed: {type(e).__name__}: {e}") from e
+            rec.seconds = time.perf_counter() - t0
+            after_nodes = {id(n): n for n in graph}
+            for k, op in before_nodes.items():
+                if k not in after_nodes:
+                    rec.removed += 1
+                    rec.ops_removed[op] = rec.ops_removed.get(op, 0) + 1
+            for k, n in after_nodes.items():
+                if k not in before_nodes:
+                    rec.added += 1
+                    rec.ops_added[n.qualified_op] = rec.ops_added.get(n.qualified_op, 0) + 1
+                    if n.domain == "aiacc":
+                        rec.fused += 1
+            rec.nodes_after = len(graph)
+            rec.const_bytes_after = graph.constant_bytes()
+            rec.counters = dict(ctx.counters)
+            if self.debug:
+                _verify_graph(graph, f"pass {p.name}")
+                if baseline is not None:
+                    try:
+                        got = _run_outputs(graph, feeds)
+                    except AiaccError as e:
+                        raise VerificationError(f"pass {p.name} left a graph the reference executor cannot run: "
+                                                f"{e}") from e
+                    problem = compare(baseline, got, self.rtol, self.atol)
+                    if problem:
+                        raise VerificationError(f"pass {p.name} changed the numerics: {problem}")
+                    rec.checked = "graph+numerics"
+                else:
+                    rec.checked = "graph; " + numerics_note
+            report.records.append(rec)
+        report.nodes_after = len(graph)
+        report.const_bytes_after = graph.constant_bytes()
+        report.ops_after = graph.op_histogram()
+        return report
+
+
+def _verify_graph(graph: Graph, what: str) -> None:
+    try:
+        graph.verify()
+    except GraphError as e:
+        raise VerificationError(f"{what} left an invalid graph: {e}") from e
+    except AiaccError as e:
+        raise VerificationError(f"{what} left an invalid graph: {e}") from e
+
+
+def run_passes(graph: Graph, *, level: int = 2, passes: Any = None, disable: Any = None, debug: bool = False,
+               feeds: Mapping[str, np.ndarray] | None = None, mode: str = "inference") -> PassReport:
+    """Optimize `graph` in place and return a PassReport.
+
+    level: 0..3 (see the module docstring); passes: names (or Pass objects) to run, exactly those and in that
+    order, instead of the level's pipeline; disable: names to skip; debug: after every pass verify the graph
+    and compare the reference executor's outputs with the input graph's on `feeds` (random inputs from the
+    input types when None), raising VerificationError naming the pass that broke them; mode: "inference" or
+    "training" (training keeps Dropout, training-mode BatchNorm and anything the backward pass needs).
+    """
+    if mode not in MODES:
+        raise AiaccError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+    skip = set(_names(disable))
+    _load_builtin_passes()
+    for n in skip:
+        if n not in _PASSES:
+            get_pass(n)  # raises naming the unknown pass
+    if passes:
+        chosen = []
+        for item in (passes if not isinstance(passes, str) else _names(passes)):
+            p = item if isinstance(item, Pass) else get_pass(str(item))
+            if p.name not in skip:
+                chosen.append(p)
+    else:
+        chosen = [p for p in pipeline(level, mode) if p.name not in skip]
+    return PassManager(chosen, level=level, mode=mode, debug=debug, feeds=feeds).run(graph)
+
+
+def node_count(graph: Graph, op: str, domain: str = "") -> int:
+    return sum(1 for n in graph if n.op == op and n.domain == domain)
+
+
+def erase_dead(graph: Graph, nodes: Iterable[Node]) -> int:
+    """Erase the given nodes that nobody reads any more (latest first); returns how many were erased."""
+    order = {id(n): i for i, n in enumerate(graph)}
+    erased = 0
+    for n in sorted(nodes, key=lambda n: -order.get(id(n), -1)):
+        if n._erased or id(n) not in order:
+            continue
+        if all(not v.uses and not v.is_graph_output for v in n.outputs):
+            graph.erase(n)
+            erased += 1
+    return erased
