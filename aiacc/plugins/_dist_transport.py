@@ -1,0 +1,318 @@
+"""The one transport under every aiacc Horovod-compatible API: torch.distributed (gloo on CPU, NCCL on GPU).
+
+Processes are started by `torchrun` (single node: `torchrun --nproc_per_node 2 train.py`; several nodes:
+torchrun's rendezvous), which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Without
+them a process runs alone (world size 1), like Horovod without `horovodrun`.
+
+`PlanExecutor` runs a communication plan (aiacc.core.comm.Plan) on torch tensors: a bucket's
+all-reduce is started asynchronously as soon as all its pieces are ready and every bucket before it
+in the plan's issue order has started (all ranks must issue collectives in the same order), and the
+results are written back on `wait()`. TensorFlow and MXNet gradients reach it as numpy arrays, turned
+into torch tensors without copying.
+
+Errors: a collective that fails (a peer died, or did not answer within the timeout, AIACC_COMM_TIMEOUT
+seconds, default 300) raises `RankFailureError`; ranks holding different parameters raise
+`RankMismatchError` naming the first difference.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from aiacc.core.comm import (ClusterSpec, CommError, ModelSpec, Plan, RankFailureError, RankMismatchError,
+                             gradient_specs_from_params, make_plan, simulate)
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+# -- process group ---------------------------------------------------------------------------------
+
+def timeout_s() -> float:
+    return float(os.environ.get("AIACC_COMM_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def init(backend: str | None = None) -> None:
+    """Join the job's process group (once). Backend: AIACC_BACKEND, else NCCL with CUDA, else gloo."""
+    if dist.is_initialized():
+        return
+    if "WORLD_SIZE" not in os.environ:  # not launched by torchrun: a job of one
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        os.environ.setdefault("LOCAL_RANK", "0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    backend = backend or os.environ.get("AIACC_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank())
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()))
+    except Exception as e:  # rendezvous failed or timed out
+        raise RankFailureError(f"rank {os.environ.get('RANK')}: could not join the process group at "
+                               f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
+                               f"({type(e).__name__}: {e})") from e
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _require() -> None:
+    if not dist.is_initialized():
+        raise CommError("aiacc distributed is not initialised: call hvd.init() first")
+
+
+def rank() -> int:
+    _require()
+    return dist.get_rank()
+
+
+def size() -> int:
+    _require()
+    return dist.get_world_size()
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def local_size() -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+
+
+def collective(what: str, fn: Callable[[], Any]) -> Any:
+    """Run a collective, turning a transport failure into RankFailureError that says what was running."""
+    try:
+        return fn()
+    except CommError:
+        raise
+    except Exception as e:
+        raise RankFailureError(
+            f"rank {dist.get_rank()}: {what} failed; a peer rank exited, crashed or did not answer within "
+            f"{timeout_s():g} s (AIACC_COMM_TIMEOUT). Transport said: {type(e).__name__}: {str(e)[:300]}") from e
+
+
+def barrier() -> None:
+    _require()
+    collective("barrier", lambda: dist.barrier())
+
+
+# -- consistency checks ----------------------------------------------------------------------------
+
+def check_same(entries: Sequence[tuple], what: str = "parameter") -> None:
+    """Raise RankMismatchError on every rank unless all ranks hold the same list of (name, shape, dtype)."""
+    _require()
+    if dist.get_world_size() == 1:
+        return
+    mine = [tuple(str(x) if i != 1 else tuple(int(d) for d in x) for i, x in enumerate(e)) for e in entries]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    collective(f"exchange of {what} lists", lambda: dist.all_gather_object(gathered, mine))
+    ref = gathered[0]
+    for r, other in enumerate(gathered[1:], 1):
+        for i in range(max(len(ref), len(other))):
+            a = ref[i] if i < len(ref) else None
+            b = other[i] if i < len(other) else None
+            if a != b:
+                def fmt(e):
+                    return "nothing" if e is None else f"{e[0]} shape {tuple(e[1])} {' '.join(e[2:])}".strip()
+                raise RankMismatchError(
+                    f"ranks hold different {what}s: first mismatch at {what} #{i}: rank 0 has {fmt(a)}, "
+                    f"rank {r} has {fmt(b)} ({len(ref)} vs {len(other)} {what}s)")
+
+
+# -- planning --------------------------------------------------------------------------------------
+
+def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan = "aiacc", *,
+             compression: str = "none", model_spec: ModelSpec | None = None,
+             network_gbps: float | None = None) -> tuple[Plan, list[int], ModelSpec]:
+    """A plan for these (name, shape, dtype) parameters (forward order) and its issue order."""
+    spec = model_spec or gradient_specs_from_params(params, name="model", forward_s=1e-3)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    per = max(1, min(local_size(), world))
+    if world % per:
+        per = 1
+    gbps = network_gbps or float(os.environ.get("AIACC_NETWORK_GBPS", 25))
+    cluster = ClusterSpec(nodes=world // per, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
+    if isinstance(plan, str):
+        plan = make_plan(plan, spec, cluster, compression=compression)
+    plan.validate(spec)
+    order = simulate(spec, cluster, plan, validate=False).issue_order
+    return plan, order, spec
+
+
+# -- plan execution --------------------------------------------------------------------------------
+
+class PlanExecutor:
+    """Runs one plan's all-reduces on torch tensors; one instance per set of parameters, reused each step."""
+
+    def __init__(self, plan: Plan, order: Sequence[int], numel: dict[str, int], *, average: bool = True,
+                 compression: str | None = None):
+        self.plan = plan
+        self.order = list(order)
+        self.numel = numel
+        self.average = average
+        self.compression = compression or plan.compression
+        self.wire_dtype = torch.float16 if self.compression == "fp16" else None
+        # for each gradient, the buckets (positions in issue order) that hold a piece of it
+        self.buckets = [plan.buckets[k] for k in self.order]
+        self.holders: dict[str, list[int]] = {}
+        for pos, b in enumerate(self.buckets):
+            for p in b.pieces:
+                self.holders.setdefault(p.grad, []).append(pos)
+        self.missing = [len({p.grad for p in b.pieces}) for b in self.buckets]
+        self.reset()
+
+    def reset(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.left = list(self.missing)
+        self.next = 0  # next bucket (issue order) to start
+        self.works: list[tuple[int, torch.Tensor, Any]] = []
+
+    def ready(self, name: str, tensor: torch.Tensor) -> None:
+        """Gradient `name` is final for this step; start every bucket that can start now."""
+        if name in self.tensors:
+            return
+        self.tensors[name] = tensor
+        for pos in dict.fromkeys(self.holders.get(name, ())):
+            self.left[pos] -= 1
+        self._launch()
+
+    def _launch(self) -> None:
+        world = dist.get_world_size()
+        while self.next < len(self.buckets) and self.left[self.next] == 0:
+            pos = self.next
+            b = self.buckets[pos]
+            flat = torch.cat([self.tensors[p.grad].reshape(-1)[p.start:p.stop] for p in b.pieces])
+            if self.wire_dtype is not None and flat.is_floating_point():
+                flat = flat.to(self.wire_dtype)
+                if self.average:
+                    flat.div_(world)  # pre-scale so fp16 sums do not overflow
+            work = collective(f"start of all-reduce of bucket {pos} ({self._names(b)})",
+                              lambda: dist.all_reduce(flat, async_op=True))
+            self.works.append((pos, flat, work))
+            self.next += 1
+
+    @staticmethod
+    def _names(bucket) -> str:
+        names = list(dict.fromkeys(p.grad for p in bucket.pieces))
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    def wait(self, fill_missing: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Finish the step: gradients never marked ready get `fill_missing(name)` (zeros by default), then
+        wait for every all-reduce and write the averaged result back. Returns {name: tensor}."""
+        for name, n in self.numel.items():
+            if name not in self.tensors:
+                t = fill_missing(name) if fill_missing else torch.zeros(n)
+                self.ready(name, t)
+        world = dist.get_world_size()
+        for pos, flat, work in self.works:
+            b = self.buckets[pos]
+            collective(f"all-reduce of bucket {pos} ({self._names(b)})", work.wait)
+            if self.average and self.wire_dtype is None:
+                flat.div_(world)
+            off = 0
+            for p in b.pieces:
+                dst = self.tensors[p.grad]
+                view = dst.view(-1) if dst.is_contiguous() else None
+                src = flat[off:off + p.numel]
+                if view is not None:
+                    view[p.start:p.stop].copy_(src)
+                else:
+                    tmp = dst.reshape(-1).clone()
+                    tmp[p.start:p.stop].copy_(src)
+                    dst.copy_(tmp.view_as(dst))
+                off += p.numel
+        out = self.tensors
+        self.reset()
+        return out
+
+
+def allreduce_arrays(named: Sequence[tuple[str, np.ndarray]], *, plan: str | Plan = "aiacc",
+                     average: bool = True, compression: str = "none",
+                     cache: dict | None = None) -> list[np.ndarray]:
+    """All-reduce numpy arrays (TensorFlow / MXNet gradients) following a plan; returns new arrays.
+
+    `cache` keeps the plan between calls with the same names and shapes."""
+    _require()
+    arrays = [np.ascontiguousarray(a) for _, a in named]
+    if dist.get_world_size() == 1:
+        return [a.copy() for a in arrays]
+    key = tuple((n, a.shape, a.dtype.str) for (n, _), a in zip(named, arrays))
+    if cache is not None and cache.get("key") == key:
+        executor = cache["executor"]
+    else:
+        params = [(n, a.shape, a.dtype) for (n, _), a in zip(named, arrays)]
+        p, order, spec = plan_for(params, plan, compression=compression)
+        executor = PlanExecutor(p, order, {g.name: g.numel for g in spec.gradients()}, average=average,
+                                compression=compression)
+        if cache is not None:
+            cache.update(key=key, executor=executor)
+    tensors = [torch.from_numpy(a.copy()) for a in arrays]
+    # gradients arrive all at once here: mark them in the order backward produced them (reverse)
+    for (name, _), t in reversed(list(zip(named, tensors))):
+        executor.ready(name, t)
+    done = executor.wait()
+    return [done[name].numpy() for name, _ in named]
+
+
+def broadcast_arrays(named: Sequence[tuple[str, np.ndarray]], root_rank: int = 0,
+                     what: str = "parameter") -> list[np.ndarray]:
+    """Check that all ranks hold the same names/shapes/dtypes, then return root_rank's values."""
+    check_same([(n, np.shape(a), np.asarray(a).dtype.name) for n, a in named], what)
+    out = []
+    for name, a in named:
+        t = torch.from_numpy(np.ascontiguousarray(a).copy())
+        collective(f"broadcast of {what} {name}", lambda: dist.broadcast(t, root_rank))
+        out.append(t.numpy())
+    return out
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, what: str = "object") -> Any:
+    _require()
+    box = [obj]
+    collective(f"broadcast of {what}", lambda: dist.broadcast_object_list(box, src=root_rank))
+    return box[0]
+
+
+# -- local launcher (tests and benchmarks; users run torchrun) --------------------------------------
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_local(argv: Sequence[str], nprocs: int = 2, *, timeout: float = 120.0,
+                 env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess]:
+    """Run `python argv...` as `nprocs` ranks on loopback (the environment torchrun would set) and wait.
+
+    Ranks still running after `timeout` seconds are killed and reported with returncode None."""
+    port = free_port()
+    procs = []
+    for r in range(nprocs):
+        e = dict(os.environ)
+        e.update(env or {})
+        e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=e.get("OMP_NUM_THREADS", "1"))
+        procs.append(subprocess.Popen([sys.executable, *argv], env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            results.append(subprocess.CompletedProcess(p.args, None, out, err))
+    return results

@@ -1,0 +1,1 @@
+"""aiacc mxnet plugin. Import-light: submodules import the framework when they are imported."""

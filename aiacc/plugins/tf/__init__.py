@@ -1,0 +1,1 @@
+"""aiacc tf plugin. Import-light: submodules import the framework when they are imported."""

@@ -1,0 +1,169 @@
+"""aiacc.plugins.torch.horovod on 2 processes over gloo/loopback.
+
+The file is also the worker: `python test_horovod_torch.py MODE OUT` is run once per rank.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("torch")
+
+STEPS = 4
+GLOBAL_BATCH = 8
+
+
+def build(seed, extra=False):
+    torch.manual_seed(seed)
+    layers = [torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)]
+    if extra:
+        layers.append(torch.nn.Linear(3, 3))
+    return torch.nn.Sequential(*layers)
+
+
+def data():
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(GLOBAL_BATCH, 6, generator=g), torch.randn(GLOBAL_BATCH, 3, generator=g)) for _ in range(STEPS)]
+
+
+def train_reference(seed=100):
+    model = build(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in data():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+
+
+def configs():
+    """(label, plan factory, compression): several strategies, including partitioned tensors."""
+    from aiacc.core.comm import gradient_specs_from_params, strategies
+
+    def partitioned(named):
+        spec = gradient_specs_from_params([(n, p.shape, p.dtype) for n, p in named])
+        return strategies.bytescheduler(spec, partition=40)  # 10-element partitions, priority order
+
+    return [("aiacc", lambda named: "aiacc", "none"), ("ddp", lambda named: "ddp", "none"),
+            ("per-tensor", lambda named: "per-tensor", "none"), ("partitioned", partitioned, "none"),
+            ("fp16", lambda named: "aiacc", "fp16")]
+
+
+def worker(mode, out):
+    torch.set_num_threads(1)
+    import aiacc.plugins.torch.horovod as hvd
+    from aiacc.core.comm import CommError
+
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    if mode == "train":
+        results = {}
+        for label, make_plan, compression in configs():
+            model = build(100 + r)  # different on each rank until broadcast
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            named = list(model.named_parameters())
+            opt = hvd.DistributedOptimizer(opt, named_parameters=named, compression=compression,
+                                           plan=make_plan(named))
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+            per = GLOBAL_BATCH // n
+            started = []
+            for x, y in data():
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
+                # every bucket's all-reduce was started by the gradient hooks during backward
+                started.append(len(opt._aiacc_scheduler.executor.works))
+                opt.step()
+            results[f"{label}/started"] = np.array(started)
+            assert isinstance(opt, torch.optim.SGD)
+            results.update({f"{label}/{k}": p.detach().numpy().copy() for k, p in model.named_parameters()})
+            results[f"{label}/buckets"] = np.array(len(opt.plan.buckets))
+        results["allreduce"] = hvd.allreduce(torch.tensor([float(r + 1)])).numpy()
+        results["allgather"] = hvd.allgather(torch.arange(r + 1)).numpy()
+        np.savez(f"{out}.{r}.npz", **results)
+    elif mode in ("die", "stall"):
+        model = build(100)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        x, y = data()[0]
+        for step in range(50):
+            if r == 1 and step == 2:
+                if mode == "stall":
+                    time.sleep(7)  # alive but silent: the peer must give up after AIACC_COMM_TIMEOUT
+                os._exit(3)  # the rank dies mid-training
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            t0 = time.monotonic()
+            try:
+                opt.step()
+            except CommError as e:
+                print(f"AIACC_ERROR {type(e).__name__} after {time.monotonic() - t0:.1f}s: {e}", flush=True)
+                os._exit(0)
+        print("NO_ERROR", flush=True)
+    elif mode == "mismatch":
+        model = build(100, extra=(r == 1))
+        try:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        except CommError as e:
+            print(f"AIACC_ERROR {type(e).__name__}: {e}", flush=True)
+            os._exit(0)
+        print("NO_ERROR", flush=True)
+    hvd.shutdown()
+
+
+def _launch(mode, tmp_path, timeout=90, env=None):
+    from aiacc.plugins._dist_transport import launch_local
+
+    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
+    return launch_local([__file__, mode, str(tmp_path / "out")], 2, timeout=timeout, env=env)
+
+
+def test_two_ranks_match_single_process_training(tmp_path):
+    res = _launch("train", tmp_path)
+    for p in res:
+        assert p.returncode == 0, p.stderr[-3000:]
+    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    ref = train_reference()
+    for label, _, compression in configs():
+        tol = 2e-2 if compression == "fp16" else 1e-5
+        for k, want in ref.items():
+            a, b = r0[f"{label}/{k}"], r1[f"{label}/{k}"]
+            np.testing.assert_array_equal(a, b, err_msg=f"{label}: {k} differs between ranks")
+            np.testing.assert_allclose(a, want, rtol=tol, atol=tol, err_msg=f"{label}: {k} vs single process")
+        assert (r0[f"{label}/started"] == int(r0[f"{label}/buckets"])).all(), label
+    assert int(r0["partitioned/buckets"]) > len(ref)  # tensors really were cut into pieces
+    np.testing.assert_allclose(r0["allreduce"], [1.5])
+    np.testing.assert_array_equal(r0["allgather"], [0, 0, 1])
+
+
+def test_dead_rank_raises_clear_error_not_hang(tmp_path):
+    t0 = time.monotonic()
+    res = _launch("die", tmp_path, timeout=60, env={"AIACC_COMM_TIMEOUT": "10"})
+    assert res[1].returncode == 3
+    assert res[0].returncode == 0, res[0].stderr[-3000:]
+    assert "AIACC_ERROR RankFailureError" in res[0].stdout, res[0].stdout + res[0].stderr[-2000:]
+    assert "peer rank exited" in res[0].stdout
+    assert time.monotonic() - t0 < 45
+
+
+def test_silent_rank_times_out_with_clear_error(tmp_path):
+    res = _launch("stall", tmp_path, timeout=60, env={"AIACC_COMM_TIMEOUT": "2"})
+    out = res[0].stdout
+    assert "AIACC_ERROR RankFailureError" in out, out + res[0].stderr[-2000:]
+    assert "did not answer within 2 s" in out
+    waited = float(out.split(" after ")[1].split("s:")[0])
+    assert waited < 6  # rank 1 stays silent for 7 s: rank 0 gave up on its own
+
+
+def test_different_parameter_sets_name_first_mismatch(tmp_path):
+    res = _launch("mismatch", tmp_path, timeout=60, env={"AIACC_COMM_TIMEOUT": "20"})
+    for p in res:
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "AIACC_ERROR RankMismatchError" in p.stdout, p.stdout + p.stderr[-2000:]
+        assert "first mismatch at parameter #6: rank 0 has nothing, rank 1 has 5.weight shape (3, 3)" in p.stdout
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2])
