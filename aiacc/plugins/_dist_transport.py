@@ -255,7 +255,7 @@ def allreduce_arrays(named: Sequence[tuple[str, np.ndarray]], *, plan: str | Pla
         executor = PlanExecutor(p, order, {g.name: g.numel for g in spec.gradients()}, average=average,
                                 compression=compression)
         if cache is not None:
-            cache.update(key=key, executor=executor)
+            cache["key"], cache["executor"] = key, executor
     tensors = [torch.from_numpy(a.copy()) for a in arrays]
     # gradients arrive all at once here: mark them in the order backward produced them (reverse)
     for (name, _), t in reversed(list(zip(named, tensors))):

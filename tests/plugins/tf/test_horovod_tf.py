@@ -1,0 +1,105 @@
+"""aiacc.plugins.tf.horovod on 2 processes over gloo/loopback (the file is also the worker)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+if __name__ != "__main__":
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+
+STEPS = 3
+GLOBAL_BATCH = 8
+
+
+def data():
+    rng = np.random.default_rng(3)
+    return [(rng.standard_normal((GLOBAL_BATCH, 5)).astype("float32"),
+             rng.standard_normal((GLOBAL_BATCH, 2)).astype("float32")) for _ in range(STEPS)]
+
+
+def build(seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(2)])
+    return model
+
+
+def train(model, tape_wrap, slices, keras_fit=False, opt=None):
+    import keras
+    import tensorflow as tf
+
+    if keras_fit:
+        model.compile(optimizer=opt, loss="mse", jit_compile=False)
+        x = np.concatenate([x[slices] for x, _ in data()])
+        y = np.concatenate([y[slices] for _, y in data()])
+        per = len(range(GLOBAL_BATCH)[slices])
+        model.fit(x, y, batch_size=per, epochs=1, shuffle=False, verbose=0)
+    else:
+        opt = opt or keras.optimizers.SGD(0.1, momentum=0.9)
+        for x, y in data():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x[slices]) - y[slices]) ** 2)
+            tape = tape_wrap(tape)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def reference():
+    import keras
+
+    tape = train(build(100), lambda t: t, slice(None))
+    fit = train(build(100), None, slice(None), keras_fit=True, opt=keras.optimizers.SGD(0.1, momentum=0.9))
+    return tape, fit
+
+
+def worker(out):
+    import keras
+    import aiacc.plugins.tf.horovod as hvd
+
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    per = GLOBAL_BATCH // n
+    mine = slice(r * per, (r + 1) * per)
+    res = {}
+    for label, kw in (("tape", {}), ("tape-fp16", {"compression": hvd.Compression.fp16}),
+                      ("tape-bytescheduler", {"plan": "bytescheduler"})):
+        model = build(100 + r)
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        for i, v in enumerate(train(model, lambda t: hvd.DistributedGradientTape(t, **kw), mine)):
+            res[f"{label}/{i}"] = v
+    model = build(100 + r)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+    for i, v in enumerate(train(model, None, mine, keras_fit=True, opt=opt)):
+        res[f"fit/{i}"] = v
+    res["allreduce"] = hvd.allreduce(np.array([r + 1.0], dtype="float32")).numpy()
+    np.savez(f"{out}.{r}.npz", **res)
+    hvd.shutdown()
+
+
+def test_two_ranks_match_single_process_training(tmp_path):
+    from aiacc.plugins._dist_transport import launch_local
+
+    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    res = launch_local([__file__, str(tmp_path / "out")], 2, timeout=120, env=env)
+    for p in res:
+        assert p.returncode == 0, p.stderr[-3000:]
+    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    ref_tape, ref_fit = reference()
+    for label, ref in (("tape", ref_tape), ("tape-fp16", ref_tape), ("tape-bytescheduler", ref_tape),
+                       ("fit", ref_fit)):
+        tol = 2e-2 if "fp16" in label else 1e-5
+        for i, want in enumerate(ref):
+            np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} variable {i}")
+            np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} variable {i}")
+    np.testing.assert_allclose(r0["allreduce"], [1.5])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    worker(sys.argv[1])
