@@ -1,0 +1,97 @@
+"""aiacc.plugins.mxnet.horovod on 2 processes over gloo/loopback (the file is also the worker)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+STEPS = 3
+GLOBAL_BATCH = 8
+
+
+def mxnet():
+    from aiacc.plugins.mxnet._import import import_mxnet
+
+    return import_mxnet()
+
+
+if __name__ != "__main__":
+    pytest.importorskip("torch")
+    try:
+        mxnet()
+    except ImportError:
+        pytest.skip("mxnet is not installed", allow_module_level=True)
+
+
+def data():
+    rng = np.random.default_rng(5)
+    return [(rng.standard_normal((GLOBAL_BATCH, 5)).astype("float32"),
+             rng.standard_normal((GLOBAL_BATCH, 2)).astype("float32")) for _ in range(STEPS)]
+
+
+def build(seed):
+    mx = mxnet()
+    mx.random.seed(seed)
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(8, in_units=5, activation="tanh"), mx.gluon.nn.Dense(2, in_units=8))
+    net.initialize(mx.init.Normal(0.5))
+    return net
+
+
+def train(net, trainer, rows):
+    mx = mxnet()
+    loss_fn = mx.gluon.loss.L2Loss()
+    for x, y in data():
+        with mx.autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[rows])), mx.nd.array(y[rows]))
+        loss.backward()
+        trainer.step(len(range(GLOBAL_BATCH)[rows]))
+    return [p.data().asnumpy() for p in net.collect_params().values()]
+
+
+def reference():
+    mx = mxnet()
+    net = build(100)
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=None)
+    return train(net, trainer, slice(None))
+
+
+def worker(out):
+    import aiacc.plugins.mxnet.horovod as hvd
+
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    per = GLOBAL_BATCH // n
+    res = {}
+    for label, kw in (("aiacc", {}), ("fp16", {"compression": hvd.Compression.fp16}), ("ddp", {"plan": "ddp"})):
+        net = build(100 + r)
+        params = net.collect_params()
+        hvd.broadcast_parameters(params, root_rank=0)
+        trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kw)
+        for i, v in enumerate(train(net, trainer, slice(r * per, (r + 1) * per))):
+            res[f"{label}/{i}"] = v
+    res["allreduce"] = hvd.allreduce(mxnet().nd.array([r + 1.0])).asnumpy()
+    np.savez(f"{out}.{r}.npz", **res)
+    hvd.shutdown()
+
+
+def test_two_ranks_match_single_process_training(tmp_path):
+    from aiacc.plugins._dist_transport import launch_local
+
+    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    res = launch_local([__file__, str(tmp_path / "out")], 2, timeout=120, env=env)
+    for p in res:
+        assert p.returncode == 0, p.stderr[-3000:]
+    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    ref = reference()
+    assert len(ref) == 4
+    for label in ("aiacc", "fp16", "ddp"):
+        tol = 2e-2 if label == "fp16" else 1e-5
+        for i, want in enumerate(ref):
+            np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} param {i}")
+            np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} param {i}")
+    np.testing.assert_allclose(r0["allreduce"], [1.5])
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1])
