@@ -2,3 +2,4 @@
 from aiacc.core.ops.registry import (REQUIRED, Attr, InferContext, OpSchema, all_schemas, get_schema,  # noqa: F401
                                      infer_by_running, infer_node, op)
 from aiacc.core.ops import elementwise, nn, tensor  # noqa: F401,E402  (registers the ops)
+from aiacc.core.ops import reduce, resize, slicing  # noqa: F401,E402

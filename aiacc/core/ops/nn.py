@@ -117,9 +117,9 @@ def convtranspose_pads(spatial, kernel, strides, dilations, attrs):
         target = list(output_shape[-n:]) if output_shape is not None else [s * st for s, st in zip(spatial, strides)]
         pads = [0] * (2 * n)
         for i in range(n):
+            # a negative total extends the output at the end (ONNX: output_shape larger than the full result)
             total = strides[i] * (spatial[i] - 1) + out_pad[i] + ((kernel[i] - 1) * dilations[i] + 1) - target[i]
-            total = max(total, 0)
-            if auto_pad == "SAME_UPPER" or (output_shape is not None and auto_pad != "SAME_LOWER"):
+            if auto_pad == "SAME_UPPER":
                 pads[i], pads[n + i] = total // 2, total - total // 2
             else:
                 pads[i], pads[n + i] = total - total // 2, total // 2
@@ -175,7 +175,9 @@ def conv_transpose(x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pa
                 slice(kidx[i] * dilations[i], kidx[i] * dilations[i] + strides[i] * (x.shape[2 + i] - 1) + 1,
                       strides[i]) for i in range(n))
             out[dst] += src
-    crop = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + sizes[i]) for i in range(n))
+    if any(p < 0 for p in pads):  # negative pads grow the output with zeros
+        out = np.pad(out, [(0, 0), (0, 0)] + [(max(-pads[i], 0), max(-pads[n + i], 0)) for i in range(n)])
+    crop = (slice(None), slice(None)) + tuple(slice(max(pads[i], 0), max(pads[i], 0) + sizes[i]) for i in range(n))
     out = out[crop]
     if b is not None:
         out += b.reshape(1, -1, *([1] * n))
@@ -266,7 +268,21 @@ def max_pool(x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides, 
         auto_pad=auto_pad, strides=strides, dilations=dilations, pads=pads))
     fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
     win, _, _ = _pool_windows(x, kernel_shape, strides, dilations, pads, ceil_mode, fill)
-    return win.max(axis=tuple(range(-n, 0))).astype(x.dtype)
+    values = win.max(axis=tuple(range(-n, 0))).astype(x.dtype)
+    # indices into the flattened input (row-major, or column-major over the spatial axes if storage_order=1)
+    spatial = x.shape[2:]
+    coords = np.indices(spatial)
+    if storage_order:
+        flat_sp = sum(coords[i] * int(np.prod(spatial[:i], dtype=np.int64)) for i in range(n))
+    else:
+        flat_sp = np.ravel_multi_index(tuple(coords), spatial) if n else np.zeros((), np.int64)
+    base = (np.arange(x.shape[0] * x.shape[1]) * int(np.prod(spatial, dtype=np.int64))).reshape(x.shape[:2])
+    index = (base.reshape(*x.shape[:2], *([1] * n)) + flat_sp).astype(np.int64)
+    iwin, _, _ = _pool_windows(index, kernel_shape, strides, dilations, pads, ceil_mode, -1)
+    flat_win = win.reshape(*win.shape[:2 + n], -1)
+    arg = np.argmax(flat_win, axis=-1)
+    indices = np.take_along_axis(iwin.reshape(*iwin.shape[:2 + n], -1), arg[..., None], axis=-1)[..., 0]
+    return values, indices
 
 
 @op("AveragePool", attrs=dict(_POOL_ATTRS, count_include_pad=("int", 0)), infer=infer_pool)

@@ -62,6 +62,9 @@ class OpSchema:
     outputs: tuple[int, int] = (1, 1)
     elementwise: bool = False  # output element i depends only on input elements i (after broadcasting)
     doc: str = ""
+    # optional replacement of the plain kernel call for ops whose kernel needs the node itself
+    # (e.g. Split without sizes needs the number of outputs): f(schema, node, arrays) -> list of arrays
+    node_runner: Callable[["OpSchema", Node, Sequence[np.ndarray | None]], list[np.ndarray]] | None = None
 
     @property
     def qualified_op(self) -> str:
@@ -106,6 +109,8 @@ class OpSchema:
 
     def run(self, node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         """Run the reference kernel for `node` on numpy inputs; always returns a list."""
+        if self.node_runner is not None:
+            return self.node_runner(self, node, arrays)
         result = self.kernel(*arrays, **self.resolved_attrs(node))
         if isinstance(result, (tuple, list)):
             return [np.asarray(r) for r in result]

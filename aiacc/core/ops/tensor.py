@@ -44,13 +44,16 @@ def infer_flatten(ctx: InferContext):
     s = ctx.shape(0)
     if s is None:
         return [None]
-    axis = normalize_axis(ctx.attrs["axis"], len(s) + 1) if ctx.attrs["axis"] != len(s) else len(s)
+    axis = ctx.attrs["axis"]
+    if not -len(s) <= axis <= len(s):
+        raise ctx.fail(f"axis {axis} is out of range for rank {len(s)}")
+    axis = axis + len(s) if axis < 0 else axis
     return [TensorType(ctx.dtype(0), (numel(s[:axis]) if axis else 1, numel(s[axis:])))]
 
 
 @op("Flatten", attrs={"axis": ("int", 1)}, infer=infer_flatten)
 def flatten(x, *, axis):
-    axis = axis % (x.ndim + 1) if axis < 0 else axis
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)
 
 
@@ -208,7 +211,26 @@ def gather(data, indices, *, axis):
     return np.take(data, np.where(idx < 0, idx + n, idx), axis=axis)
 
 
-@op("Expand", inputs=2, infer=infer_by_running)
+def infer_expand(ctx: InferContext):
+    """Broadcast of x against the target shape; an unknown target gives unknown dims of known rank."""
+    s = ctx.shape(0)
+    target = ctx.const(1)
+    if target is None:
+        ts = ctx.shape(1)
+        if s is None or ts is None or not isinstance(ts[0], int):
+            return [TensorType(ctx.dtype(0), None)]
+        return [TensorType(ctx.dtype(0), (None,) * max(len(s), ts[0]))]
+    if s is None:
+        return [TensorType(ctx.dtype(0), None)]
+    from aiacc.core.ops.shape_utils import broadcast_shapes
+
+    try:
+        return [TensorType(ctx.dtype(0), broadcast_shapes(s, tuple(int(d) for d in target.reshape(-1))))]
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
+
+
+@op("Expand", inputs=2, infer=infer_expand)
 def expand(x, shape):
     """Broadcast x to `shape` (bidirectional, as numpy)."""
     target = np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))

@@ -1,0 +1,80 @@
+"""ONNX's own backend test suite (onnx.backend.test node cases) run against aiacc's ONNX backend.
+
+Included: every node case whose graph uses only ops of the issue-2 list (single-op cases and the
+`_expanded` function-body variants built from those ops). Excluded cases are listed below with the reason.
+The cases come from the python definitions shipped with onnx (no data download).
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+import onnx.backend.test  # noqa: E402
+from onnx.backend.test.loader import load_model_tests  # noqa: E402
+
+import aiacc.onnx_backend as aiacc_backend  # noqa: E402
+
+ISSUE_OPS = set("""
+Conv ConvTranspose BatchNormalization Relu LeakyRelu PRelu Elu Sigmoid Tanh HardSigmoid HardSwish Clip Gelu Softplus
+Erf Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Reciprocal MatMul Gemm MaxPool AveragePool GlobalAveragePool
+GlobalMaxPool LRN Flatten Reshape Transpose Squeeze Unsqueeze Concat Split Slice Gather Pad Softmax LogSoftmax
+ReduceMean ReduceSum ReduceMax LayerNormalization Dropout Identity Cast Shape Constant Expand Where Equal Less
+Greater Resize
+""".split())
+
+# name pattern -> reason. Every exclusion is a type numpy has no dtype for, or a deliberate non-goal.
+EXCLUDED = {
+    r"test_cast(like)?_.*(BFLOAT16|bfloat16)": "bfloat16 has no numpy dtype",
+    r"test_cast(like)?_.*(FLOAT8|float8|E4M3|E5M2|e4m3|e5m2)": "float8 types have no numpy dtype",
+    r"test_cast(like)?_.*(INT4|UINT4|int4|uint4|INT2|UINT2|int2|uint2)": "4-bit and 2-bit integers have no numpy dtype",
+    r"test_cast(like)?_.*(FLOAT4|float4|e2m1|E2M1)": "float4 has no numpy dtype",
+    r"test_cast(like)?_.*(STRING|string)": "string tensors are not supported by the numeric IR",
+    r"test_cast(like)?_.*e8m0": "float8 e8m0 has no numpy dtype",
+    r"test_equal_string": "string tensors are not supported by the numeric IR",
+    r"test_identity_(opt|sequence)": "optional and sequence types are not tensors; the IR holds tensors only",
+    r"test_training_dropout(_default)?(_mask)?(_cpu)?$": "random mask drawn from numpy's global RNG state in the test "
+                                                      "generator; no backend can reproduce it (zero-ratio cases run)",
+}
+
+
+def _selected_cases() -> list[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    return sorted(c.name for c in cases if {n.op_type for n in c.model.graph.node} <= ISSUE_OPS)
+
+
+SELECTED = _selected_cases()
+
+
+def _excluded(name: str) -> str | None:
+    for pattern, reason in EXCLUDED.items():
+        if re.search(pattern, name):
+            return reason
+    return None
+
+
+backend_test = onnx.backend.test.BackendTest(aiacc_backend, __name__)
+for _name in SELECTED:
+    if _excluded(_name) is None:
+        backend_test.include(f"^{re.escape(_name)}_cpu$")
+for _pattern in EXCLUDED:
+    backend_test.exclude(_pattern)
+
+# the unittest classes the runner generates (OnnxBackendNodeModelTest), collected by pytest
+globals().update(backend_test.test_cases)
+
+
+def test_selection_is_broad():
+    """The suite covers every op of the list that ONNX has node cases for, and most cases run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = load_model_tests(kind="node")
+    covered = {n.op_type for c in cases if c.name in SELECTED for n in c.model.graph.node}
+    assert covered == ISSUE_OPS
+    run = [n for n in SELECTED if _excluded(n) is None]
+    assert len(run) >= 400, len(run)
