@@ -1,0 +1,139 @@
+"""The alpha-beta cost model and the iteration simulator on hand-computed cases."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from aiacc.core.comm import (Bucket, ClusterSpec, CommError, CostModel, GradientSpec, Layer, ModelSpec, Piece,
+                             Plan, chrome_trace, lower_bound, simulate)
+from aiacc.core.comm.strategies import bytescheduler, dp_buckets, _pieces, per_tensor
+
+MB = 1 << 20
+
+
+def pair(latency):
+    """Two workers on one node: ring all-reduce costs 2*latency + n / 1e9 (2(p-1)/p = 1)."""
+    return ClusterSpec(nodes=1, workers_per_node=2, inter_bandwidth=1e9, intra_bandwidth=1e9, intra_latency=latency)
+
+
+def model(*grads_numel, fwd=0.01, bwd=0.02):
+    return ModelSpec("m", tuple(Layer(f"l{i}", fwd, bwd, (GradientSpec(f"g{i}", n),)) for i, n in enumerate(grads_numel)))
+
+
+def whole(name, n, prio=0):
+    return Bucket((Piece(name, 0, n),), prio)
+
+
+def test_cost_model_formulas():
+    c = ClusterSpec(nodes=4, workers_per_node=8, inter_bandwidth=1e9, inter_latency=1e-4,
+                    intra_bandwidth=1e10, intra_latency=1e-5)
+    t = CostModel(c).terms
+    assert t["ring"].latency == pytest.approx(62e-4) and t["ring"].coef == pytest.approx(2 * 31 / 32 / 1e9)
+    assert t["hierarchical"].latency == pytest.approx(6e-4 + 1.4e-4)
+    assert t["hierarchical"].coef == pytest.approx(1.5e-9 + 1.75e-10)
+    assert t["hierarchical-tree"].latency == pytest.approx(4e-4 + 1.4e-4)
+    assert t["hierarchical-tree"].coef == pytest.approx(2e-9 + 1.75e-10)
+    cm = CostModel(c)
+    assert cm.time(1000) == pytest.approx(5.4e-4 + 1000 * 2.175e-9)  # small: tree latency wins
+    assert cm.best_algorithm(1000) == "hierarchical-tree"
+    assert cm.time(1e9) == pytest.approx(7.4e-4 + 1e9 * 1.675e-9)  # large: hierarchical ring wins
+    assert CostModel(c, "ring").time(1e6) == pytest.approx(62e-4 + 1e6 * 2 * 31 / 32 / 1e9)
+    assert CostModel(ClusterSpec(1, 1, 1e9)).time(1e9) == 0
+    with pytest.raises(CommError, match="unknown all-reduce algorithm 'mesh'"):
+        CostModel(c, "mesh")
+
+
+def test_one_tensor():
+    m = model(1_000_000)  # 4 MB: all-reduce = 2 ms + 4 ms
+    c = pair(1e-3)
+    r = simulate(m, c, per_tensor(m))
+    # backward 0-20 ms, all-reduce 20-26 ms, next forward 26-36 ms
+    assert r.iteration_s == pytest.approx(0.036)
+    assert r.compute_s == pytest.approx(0.030)
+    assert r.exposed_s == pytest.approx(0.006)
+    net = [e for e in r.events if e.lane == "network"]
+    assert [(e.start, e.end) for e in net] == [pytest.approx((0.020, 0.026))]
+    assert lower_bound(m, c) == pytest.approx(0.036)
+
+
+def test_two_tensors_with_and_without_fusion():
+    m = model(1_000_000, 1_000_000)  # layer 1's gradient is ready at 20 ms, layer 0's at 40 ms
+    c = pair(1e-3)  # latency 2 ms per all-reduce
+    separate = simulate(m, c, per_tensor(m))
+    # g1 20-26 ms, g0 40-46 ms; forward l0 46-56, l1 56-66
+    assert separate.iteration_s == pytest.approx(0.066)
+    fused_plan = Plan("fused", (Bucket((Piece("g1", 0, 1_000_000), Piece("g0", 0, 1_000_000))),))
+    fused = simulate(m, c, fused_plan)
+    # one 8 MB all-reduce 40-50 ms (2 + 8 ms); forward 50-70
+    assert fused.iteration_s == pytest.approx(0.070)
+    # with a 40 ms latency fusion pays: separate g1 20-64, g0 64-108 -> 128 ms; fused 40-88 -> 108 ms
+    c = pair(2e-2)
+    assert simulate(m, c, per_tensor(m)).iteration_s == pytest.approx(0.128)
+    assert simulate(m, c, fused_plan).iteration_s == pytest.approx(0.108)
+
+
+def test_priority_and_partitioning_let_the_front_layer_overtake():
+    m = model(1_000_000, 10_000_000)  # g1: 40 MB ready at 20 ms; g0: 4 MB ready at 40 ms
+    c = pair(1e-3)
+    # FIFO: g1 20-62 ms, g0 62-68, forward l0 68-78, l1 78-88
+    assert simulate(m, c, per_tensor(m)).iteration_s == pytest.approx(0.088)
+    # g1 cut into 4 x 10 MB (12 ms each): p1 20-32, p2 32-44, then g0 (priority 0) 44-50, p3 50-62, p4 62-74;
+    # forward l0 50-60, l1 waits for p4: 74-84
+    plan = bytescheduler(m, partition=10_000_000)
+    assert len(plan.buckets) == 5
+    r = simulate(m, c, plan)
+    assert r.iteration_s == pytest.approx(0.084)
+    assert [plan.buckets[k].pieces[0].grad for k in r.issue_order] == ["g1", "g1", "g0", "g1", "g1"]
+
+
+def test_not_before_delays_a_bucket():
+    m = model(1_000_000)
+    plan = Plan("late", (Bucket((Piece("g0", 0, 1_000_000),), 0, not_before=0.05),))
+    assert simulate(m, pair(1e-3), plan).iteration_s == pytest.approx(0.05 + 0.006 + 0.01)
+
+
+def test_plan_validation_names_the_problem():
+    m = model(10, 20)
+    with pytest.raises(CommError, match=r"misses elements \[5, 10\) of gradient g0"):
+        simulate(m, pair(0), Plan("p", (Bucket((Piece("g0", 0, 5), Piece("g1", 0, 20))),)))
+    with pytest.raises(CommError, match="overlaps gradient g1"):
+        simulate(m, pair(0), Plan("p", (whole("g0", 10), whole("g1", 20), Bucket((Piece("g1", 5, 6),)))))
+    with pytest.raises(CommError, match="unknown gradient g7"):
+        simulate(m, pair(0), Plan("p", (whole("g7", 10),)))
+    with pytest.raises(CommError, match="unknown scheduling"):
+        Plan("p", (), "lifo")
+    with pytest.raises(CommError, match="gradient g0 appears twice"):
+        ModelSpec("m", (Layer("a", 0, 0, (GradientSpec("g0", 1),)), Layer("b", 0, 0, (GradientSpec("g0", 1),))))
+
+
+def test_dp_buckets_is_optimal_against_brute_force():
+    rng = np.random.default_rng(0)
+    m = ModelSpec("r", tuple(Layer(f"l{i}", 1e-3, float(rng.uniform(1e-4, 3e-3)),
+                                   (GradientSpec(f"g{i}", int(rng.integers(1_000, 400_000))),)) for i in range(8)))
+    cost = CostModel(pair(2e-4))
+    pieces = _pieces(m, None, "none")
+
+    def finish(spans):
+        t = 0.0
+        for j, i in spans:
+            t = max(t, pieces[i - 1][1]) + cost.time(sum(p[3] for p in pieces[j:i]))
+        return t
+
+    best = min(finish(list(zip((0,) + cuts, cuts + (8,))))
+               for k in range(8) for cuts in itertools.combinations(range(1, 8), k))
+    assert finish(dp_buckets(pieces, cost)) == pytest.approx(best)
+
+
+def test_chrome_trace_lists_compute_and_network_events(tmp_path):
+    from aiacc.core.comm import write_chrome_trace
+
+    m = model(1_000_000, 1_000_000)
+    r = simulate(m, pair(1e-3), per_tensor(m))
+    doc = json.loads(write_chrome_trace(r, tmp_path / "t.json").read_text())
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 2 + 2 + 2  # backward x2, all-reduce x2, forward x2
+    ar = [e for e in spans if e["cat"] == "network"]
+    assert [(round(e["ts"]), round(e["dur"])) for e in ar] == [(20000, 6000), (40000, 6000)]
+    assert doc["otherData"]["iteration_s"] == pytest.approx(0.066)
+    assert chrome_trace(r)["traceEvents"][0]["args"]["name"] == "aiacc plan: per-tensor"

@@ -1,0 +1,102 @@
+"""Strategies, gradient specs and the lower bound on the reference models."""
+import numpy as np
+import pytest
+
+from aiacc.core.comm import (STRATEGIES, ClusterSpec, CommError, DeviceModel, aiacc_search,
+                             gradient_specs_from_graph, gradient_specs_from_params, lower_bound, make_plan,
+                             simulate)
+from aiacc.core.comm import models
+from aiacc.core.comm.strategies import MB, ddp, horovod
+
+
+def test_reference_models_have_the_published_parameter_counts():
+    assert models.resnet50().numel == 25_557_032
+    assert models.bert_large().numel == 335_141_888
+    r = models.resnet50()
+    assert [g.name for g in r.gradients()][:3] == ["fc.weight", "fc.bias", "layer4.2.conv3.weight"]
+
+
+def test_ddp_first_bucket_is_small_then_25mb():
+    m = models.resnet50()
+    plan = ddp(m)
+    sizes = plan.wire_bytes(m)
+    assert sizes[0] >= 1 * MB and sizes[0] - plan.buckets[0].pieces[-1].numel * 4 < 1 * MB
+    for s, b in zip(sizes[1:-1], plan.buckets[1:-1]):
+        assert s >= 25 * MB and s - b.pieces[-1].numel * 4 < 25 * MB
+
+
+def test_horovod_fuses_by_cycle_and_threshold():
+    m = models.bert_large()
+    plan = horovod(m, cycle_s=5e-3)
+    sizes = plan.wire_bytes(m)
+    assert all(s <= 64 * MB or len(b.pieces) == 1 for s, b in zip(sizes, plan.buckets))
+    assert any(s > 64 * MB for s in sizes)  # the 125 MB word embedding travels alone
+    assert max(len(b.pieces) for b in plan.buckets) > 1
+    ticks = [b.not_before for b in plan.buckets]
+    assert ticks == sorted(ticks) and all(abs(t / 5e-3 - round(t / 5e-3)) < 1e-6 for t in ticks)
+
+
+@pytest.mark.parametrize("workers,gbps", [(8, 25), (32, 25), (128, 100)])
+def test_every_strategy_respects_the_lower_bound_and_aiacc_is_best(workers, gbps):
+    m = models.resnet50()
+    c = ClusterSpec.from_workers(workers, 8, gbps)
+    lb = lower_bound(m, c)
+    times = {name: simulate(m, c, make_plan(name, m, c)).iteration_s for name in STRATEGIES}
+    assert all(t >= lb - 1e-12 for t in times.values())
+    assert times["aiacc"] <= min(times.values()) + 1e-12
+    assert lb >= m.forward_s + m.backward_s
+
+
+def test_aiacc_beats_the_baselines_by_its_own_plan_on_a_network_bound_row():
+    m = models.resnet50()
+    c = ClusterSpec.from_workers(128, 8, 25)
+    plan, res, _ = aiacc_search(m, c, baselines=False)
+    best_other = min(simulate(m, c, make_plan(n, m, c)).iteration_s for n in STRATEGIES if n != "aiacc")
+    assert res.iteration_s < best_other
+    assert plan.scheduling == "priority"
+
+
+def test_fp16_compression_halves_wire_bytes():
+    m = models.resnet50()
+    c = ClusterSpec.from_workers(32, 8, 25)
+    p32, p16 = make_plan("ddp", m, c), make_plan("ddp", m, c, compression="fp16")
+    assert sum(p16.wire_bytes(m)) * 2 == sum(p32.wire_bytes(m))
+    assert simulate(m, c, p16).iteration_s < simulate(m, c, p32).iteration_s
+
+
+def test_gradient_specs_from_params_groups_by_module():
+    spec = gradient_specs_from_params([("a.weight", (4, 3), "float32"), ("a.bias", (4,), "float32"),
+                                       ("b.weight", (2, 4), np.float16)], forward_s=3.0)
+    assert [l.name for l in spec.layers] == ["a", "b"]
+    assert [g.name for g in spec.gradients()] == ["b.weight", "a.weight", "a.bias"]
+    assert spec.layers[0].forward_s == pytest.approx(3.0 * 16 / 24)
+    assert spec.layers[1].backward_s == pytest.approx(2 * 3.0 * 8 / 24)
+    assert spec.nbytes == 16 * 4 + 8 * 2
+    with pytest.raises(CommError, match="no parameters"):
+        gradient_specs_from_params([])
+
+
+def test_gradient_specs_from_graph_follows_first_use():
+    from aiacc.core.ir import Graph
+
+    g = Graph("mlp")
+    x = g.add_input("x", "float32", ("N", 4))
+    w1 = g.add_initializer("w1", np.ones((4, 8), "float32"))
+    b1 = g.add_initializer("b1", np.ones(8, "float32"))
+    w2 = g.add_initializer("w2", np.ones((8, 2), "float32"))
+    shape = g.add_initializer("shape", np.array([-1, 2], "int64"))
+    h = g.op("Relu", g.op("Add", g.op("MatMul", x, w1), b1))
+    y = g.op("Reshape", g.op("MatMul", h, w2), shape)
+    g.add_output(y)
+    spec = gradient_specs_from_graph(g, cost_model=DeviceModel(flop_rate=1e9, mem_bandwidth=1e12, symbol_size=10))
+    assert [g_.name for l in spec.layers for g_ in l.grads] == ["w1", "b1", "w2"]  # int64 shape is no parameter
+    assert [g_.name for g_ in spec.gradients()] == ["w2", "b1", "w1"]
+    # MatMul x(10x4) @ w1(4x8): 2 * 32 weights * 10 rows = 640 flops at 1 GFLOP/s
+    assert spec.layers[0].forward_s == pytest.approx(640e-9)
+    assert spec.layers[0].backward_s == pytest.approx(2 * 640e-9)
+    # the Add layer also carries the parameter-free Relu after it: 80 + 80 flops
+    assert spec.layers[1].forward_s == pytest.approx(160e-9)
+    measured = gradient_specs_from_graph(g, profile={"matmul": (1.0, 2.0)})
+    assert measured.layers[0].forward_s == 1.0 and measured.layers[0].backward_s == 2.0
+    with pytest.raises(CommError, match="trainable parameter w9 is not read"):
+        gradient_specs_from_graph(g, trainable=["w1", "w9"])
