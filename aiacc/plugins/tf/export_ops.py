@@ -1,0 +1,709 @@
+"""One TensorFlow lowering per IR op (ONNX/NCHW semantics in, NHWC TF ops out where the layout allows)."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.tf._tf import tf
+from aiacc.plugins.tf.exporter import NCHW_AXIS_TO_NHWC, TO_NCHW, TO_NHWC, Emitter, const_to_nhwc, emits
+
+INT_MAX = 2 ** 63 - 1
+
+
+def _ints(node, key, default):
+    v = node.attr(key)
+    return list(default) if v is None else [int(x) for x in v]
+
+
+# ------------------------------------------------------------------------------------------ plumbing
+@emits("Identity", "Dropout")
+def _identity(ex: Emitter, node):
+    t, f = ex.env_entry(node.inputs[0])
+    ex.set(node.outputs[0], t, f)
+    if len(node.outputs) > 1:  # Dropout's mask: all kept at inference
+        ex.set(node.outputs[1], tf().ones_like(ex.std(node.inputs[0]), dtype=tf().bool))
+
+
+@emits("Constant")
+def _constant(ex, node):
+    value = ex.const(node.outputs[0])
+    if value is None:
+        for key in ("value_float", "value_floats", "value_int", "value_ints"):
+            if node.attrs.get(key) is not None:
+                value = np.asarray(node.attrs[key], np.float32 if "float" in key else np.int64)
+    ex.set(node.outputs[0], tf().constant(value))
+
+
+@emits("Cast")
+def _cast(ex, node):
+    t, f = ex.env_entry(node.inputs[0])
+    ex.set(node.outputs[0], tf().cast(t, tf().as_dtype(node.attr("to"))), f)
+
+
+@emits("Shape")
+def _shape(ex, node):
+    s = tf().shape(ex.std(node.inputs[0]), out_type=tf().int64)
+    start, end = node.attr("start", 0), node.attr("end")
+    if start or end is not None:
+        s = s[start:end]
+    ex.set(node.outputs[0], s)
+
+
+# ------------------------------------------------------------------------------------------ elementwise
+def _act(fn):
+    def emit(ex, node):
+        t, f = ex.env_entry(node.inputs[0])
+        ex.set(node.outputs[0], fn(node, t), f)
+
+    return emit
+
+
+def _tf_unary():
+    t = tf()
+    return {
+        "Relu": lambda n, x: t.nn.relu(x),
+        "Sigmoid": lambda n, x: t.math.sigmoid(x),
+        "Tanh": lambda n, x: t.math.tanh(x),
+        "Erf": lambda n, x: t.math.erf(x),
+        "Sqrt": lambda n, x: t.math.sqrt(x),
+        "Exp": lambda n, x: t.math.exp(x),
+        "Log": lambda n, x: t.math.log(x),
+        "Neg": lambda n, x: t.math.negative(x),
+        "Abs": lambda n, x: t.math.abs(x),
+        "Reciprocal": lambda n, x: t.math.reciprocal(x),
+        "Floor": lambda n, x: t.math.floor(x),
+        "Ceil": lambda n, x: t.math.ceil(x),
+        "Round": lambda n, x: t.math.round(x),
+        "Sign": lambda n, x: t.math.sign(x),
+        "Sin": lambda n, x: t.math.sin(x),
+        "Cos": lambda n, x: t.math.cos(x),
+        "Not": lambda n, x: t.math.logical_not(x),
+        "Softplus": lambda n, x: t.math.softplus(x),
+        "Softsign": lambda n, x: t.nn.softsign(x),
+        "LeakyRelu": lambda n, x: t.nn.leaky_relu(x, alpha=float(n.attr("alpha"))),
+        "Elu": lambda n, x: t.nn.elu(x) if float(n.attr("alpha")) == 1.0 else
+        t.where(x > 0, x, float(n.attr("alpha")) * t.math.expm1(x)),
+        "Selu": lambda n, x: float(n.attr("gamma")) * t.where(x > 0, x, float(n.attr("alpha")) * t.math.expm1(x)),
+        "Gelu": lambda n, x: t.nn.gelu(x, approximate=n.attr("approximate") == "tanh"),
+        "HardSigmoid": lambda n, x: t.clip_by_value(float(n.attr("alpha")) * x + float(n.attr("beta")), 0.0, 1.0),
+        "HardSwish": lambda n, x: x * t.nn.relu6(x + 3.0) / 6.0,
+        "Mish": lambda n, x: x * t.math.tanh(t.math.softplus(x)),
+    }
+
+
+for _name in ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
+              "Round", "Sign", "Sin", "Cos", "Not", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu", "Gelu",
+              "HardSigmoid", "HardSwish", "Mish"):
+    emits(_name)(_act(lambda n, x, _k=_name: _tf_unary()[_k](n, x)))
+
+
+@emits("Clip")
+def _clip(ex, node):
+    t, f = ex.env_entry(node.inputs[0])
+    lo = ex.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    hi = ex.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    tfm = tf()
+    if lo is not None and hi is not None and float(lo) == 0 and float(hi) == 6:
+        y = tfm.nn.relu6(t)
+    elif lo is not None and float(lo) == 0 and (len(node.inputs) < 3 or node.inputs[2] is None):
+        y = tfm.nn.relu(t)
+    else:
+        y = t
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            y = tfm.maximum(y, tfm.cast(ex.std(node.inputs[1]), t.dtype))
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            y = tfm.minimum(y, tfm.cast(ex.std(node.inputs[2]), t.dtype))
+    ex.set(node.outputs[0], y, f)
+
+
+def _broadcast_operands(ex: Emitter, node, inputs=None) -> tuple[list, bool]:
+    """Operands of a broadcasting op: NHWC when a rank-4 operand is and the others can follow."""
+    inputs = [v for v in (inputs if inputs is not None else node.inputs) if v is not None]
+    out_rank = ex.rank(node.outputs[0])
+    if out_rank == 4 and any(ex.flagged(v) for v in inputs):
+        ops, ok = [], True
+        for v in inputs:
+            c = ex.const(v)
+            if ex.flagged(v):
+                ops.append(ex.env_entry(v)[0])
+            elif c is not None:
+                c2 = const_to_nhwc(c)
+                if c2 is None:
+                    ok = False
+                    break
+                ops.append(tf().constant(c2))
+            elif ex.rank(v) == 4:
+                ops.append(ex.nhwc(v))
+            else:
+                ok = False
+                break
+        if ok:
+            return ops, True
+    return [ex.std(v) for v in inputs], False
+
+
+def _binary(fn_name):
+    def emit(ex, node):
+        tfm = tf()
+        a_v, b_v = node.inputs[0], node.inputs[1]
+        ops, f = _broadcast_operands(ex, node)
+        if fn_name == "Add" and f:
+            # x + per-channel constant is a BiasAdd on NHWC: the shape Grappler fuses into Conv2D
+            for x_v, c_v, x_t in ((a_v, b_v, ops[0]), (b_v, a_v, ops[1])):
+                c = ex.const(c_v)
+                if c is not None and ex.flagged(x_v) and c.dtype.kind == "f":
+                    c2 = const_to_nhwc(c)
+                    if c2 is not None and c2.ndim == 1 and c2.shape[0] == x_v.shape[1] and x_v.shape[1] != 1:
+                        ex.set(node.outputs[0], tfm.nn.bias_add(x_t, tfm.constant(c2)), True)
+                        return
+        if fn_name == "Add" and not f:
+            # (..., C) + constant (C,): BiasAdd, which Grappler fuses into the MatMul before it
+            for x_v, c_v, x_t in ((a_v, b_v, ops[0]), (b_v, a_v, ops[1])):
+                c = ex.const(c_v)
+                s = x_v.shape
+                if c is not None and c.ndim == 1 and c.dtype.kind == "f" and x_v.const is None and s is not None \
+                        and len(s) >= 2 and s[-1] == c.shape[0] and node.outputs[0].shape == s:
+                    ex.set(node.outputs[0], tfm.nn.bias_add(x_t, tfm.constant(c)))
+                    return
+        a, b = ops
+        if a.dtype != b.dtype and fn_name != "Pow":
+            b = tfm.cast(b, a.dtype)
+        y = {
+            "Add": lambda: tfm.math.add(a, b),
+            "Sub": lambda: tfm.math.subtract(a, b),
+            "Mul": lambda: tfm.math.multiply(a, b),
+            "Div": lambda: tfm.math.truediv(a, b) if a.dtype.is_floating else tfm.math.truncatediv(a, b),
+            "Pow": lambda: tfm.math.pow(a, tfm.cast(b, a.dtype)),
+            "And": lambda: tfm.math.logical_and(a, b),
+            "Or": lambda: tfm.math.logical_or(a, b),
+            "Xor": lambda: tfm.math.logical_xor(a, b),
+            "Equal": lambda: tfm.math.equal(a, b),
+            "Less": lambda: tfm.math.less(a, b),
+            "Greater": lambda: tfm.math.greater(a, b),
+            "LessOrEqual": lambda: tfm.math.less_equal(a, b),
+            "GreaterOrEqual": lambda: tfm.math.greater_equal(a, b),
+            "Mod": lambda: tfm.math.truncatemod(a, b) if node.attr("fmod") else tfm.math.floormod(a, b),
+        }[fn_name]()
+        ex.set(node.outputs[0], y, f)
+
+    return emit
+
+
+for _name in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
+              "GreaterOrEqual", "Mod"):
+    emits(_name)(_binary(_name))
+
+
+@emits("Max", "Min", "Sum", "Mean")
+def _variadic(ex, node):
+    tfm = tf()
+    ops, f = _broadcast_operands(ex, node)
+    fn = {"Max": tfm.math.maximum, "Min": tfm.math.minimum, "Sum": tfm.math.add, "Mean": tfm.math.add}[node.op]
+    y = ops[0]
+    for o in ops[1:]:
+        y = fn(y, o)
+    if node.op == "Mean":
+        y = y / len(ops)
+    ex.set(node.outputs[0], y, f)
+
+
+@emits("Where")
+def _where(ex, node):
+    ops, f = _broadcast_operands(ex, node)
+    ex.set(node.outputs[0], tf().where(*ops), f)
+
+
+@emits("PRelu")
+def _prelu(ex, node):
+    (x, s), f = _broadcast_operands(ex, node)
+    tfm = tf()
+    ex.set(node.outputs[0], tfm.where(x >= 0, x, x * s), f)
+
+
+# ------------------------------------------------------------------------------------------ convolution
+def _same_pads(sizes, kernel, strides, dilations):
+    b, e = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        b.append(total // 2)
+        e.append(total - total // 2)
+    return b + e
+
+
+def _padding(node, x, kernel, strides, dilations):
+    """'SAME', 'VALID' or a list of (begin, end) per spatial axis for an ONNX window op."""
+    auto = node.attr("auto_pad") or "NOTSET"
+    if auto == "SAME_UPPER":
+        return "SAME"
+    if auto == "VALID":
+        return "VALID"
+    if auto == "SAME_LOWER":
+        raise UnsupportedError(f"node {node.name} ({node.op}): auto_pad SAME_LOWER has no TF equivalent")
+    pads = _ints(node, "pads", [0] * (2 * len(kernel)))
+    if not any(pads):
+        return "VALID"
+    sizes = None if x.shape is None else x.shape[2:]
+    if sizes is not None and all(isinstance(s, int) for s in sizes) and \
+            pads == _same_pads(sizes, kernel, strides, dilations):
+        return "SAME"
+    n = len(kernel)
+    return [(pads[i], pads[i + n]) for i in range(n)]
+
+
+def _conv_weight(ex, node, w_v):
+    w = ex.const(w_v)
+    if w is None:
+        raise UnsupportedError(f"node {node.name} (Conv): the TF exporter needs a constant weight")
+    return w
+
+
+def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
+    """A 2-D ONNX Conv on the NHWC tensor of x_v: Conv2D / DepthwiseConv2dNative (+ BiasAdd)."""
+    tfm = tf()
+    if w.ndim != 4:
+        raise UnsupportedError(f"node {node.name} (Conv): only 2-D convolutions lower to TF, weight is {w.shape}")
+    o, i_g, kh, kw = w.shape
+    strides = _ints(node, "strides", [1, 1])
+    dilations = _ints(node, "dilations", [1, 1])
+    group = int(node.attr("group") or 1)
+    padding = _padding(node, x_v, [kh, kw], strides, dilations)
+    x = ex.nhwc(x_v)
+    explicit = []
+    if isinstance(padding, list):
+        explicit = [0, 0, padding[0][0], padding[0][1], padding[1][0], padding[1][1], 0, 0]
+        padding = "EXPLICIT"
+    st, dl = [1, strides[0], strides[1], 1], [1, dilations[0], dilations[1], 1]
+    if group == 1:
+        filt = tfm.constant(np.ascontiguousarray(w.transpose(2, 3, 1, 0)))  # OIHW -> HWIO
+        y = tfm.raw_ops.Conv2D(input=x, filter=filt, strides=st, padding=padding, explicit_paddings=explicit,
+                               data_format="NHWC", dilations=dl)
+    elif i_g == 1 and o % group == 0 and strides[0] == strides[1]:
+        mult = o // group
+        filt = tfm.constant(np.ascontiguousarray(w.reshape(group, mult, kh, kw).transpose(2, 3, 0, 1)))
+        y = tfm.raw_ops.DepthwiseConv2dNative(input=x, filter=filt, strides=st, padding=padding,
+                                              explicit_paddings=explicit, data_format="NHWC", dilations=dl)
+    else:  # grouped: one Conv2D per group
+        xs = tfm.split(x, group, axis=3)
+        ws = np.split(w, group, axis=0)
+        y = tfm.concat([tfm.raw_ops.Conv2D(input=xi, filter=tfm.constant(np.ascontiguousarray(wi.transpose(2, 3, 1, 0))),
+                                           strides=st, padding=padding, explicit_paddings=explicit,
+                                           data_format="NHWC", dilations=dl) for xi, wi in zip(xs, ws)], axis=3)
+    if bias is not None:
+        y = tfm.nn.bias_add(y, tfm.constant(bias.astype(w.dtype)))
+    return y
+
+
+@emits("Conv")
+def _conv(ex, node):
+    x_v, w_v = node.inputs[0], node.inputs[1]
+    b_v = node.inputs[2] if len(node.inputs) > 2 else None
+    w = _conv_weight(ex, node, w_v)
+    bias = None
+    if b_v is not None:
+        bias = ex.const(b_v)
+        if bias is None:
+            raise UnsupportedError(f"node {node.name} (Conv): the TF exporter needs a constant bias")
+    y = conv2d_nhwc(ex, node, x_v, w, bias)
+    ex.set(node.outputs[0], y, True)
+
+
+def _pool_padding(ex, node, x_v, kernel, strides, pad_value):
+    """(NHWC input tensor, TF padding) for an ONNX pool; explicit pads become a tf.pad."""
+    tfm = tf()
+    if node.attr("ceil_mode"):
+        raise UnsupportedError(f"node {node.name} ({node.op}): ceil_mode=1 has no TF equivalent")
+    padding = _padding(node, x_v, kernel, strides, _ints(node, "dilations", [1, 1]))
+    x = ex.nhwc(x_v)
+    if isinstance(padding, list):
+        x = tfm.pad(x, [[0, 0], list(padding[0]), list(padding[1]), [0, 0]], constant_values=pad_value)
+        padding = "VALID"
+    return x, padding
+
+
+@emits("MaxPool")
+def _maxpool(ex, node):
+    kernel, strides = _ints(node, "kernel_shape", []), _ints(node, "strides", [1, 1])
+    if len(kernel) != 2 or len(node.outputs) > 1:
+        raise UnsupportedError(f"node {node.name} (MaxPool): only 2-D pooling without indices lowers to TF")
+    x, padding = _pool_padding(ex, node, node.inputs[0], kernel, strides, float("-inf"))
+    y = tf().nn.max_pool2d(x, kernel, strides, padding)
+    ex.set(node.outputs[0], y, True)
+
+
+@emits("AveragePool")
+def _avgpool(ex, node):
+    kernel, strides = _ints(node, "kernel_shape", []), _ints(node, "strides", [1, 1])
+    padding = _padding(node, node.inputs[0], kernel, strides, [1, 1])
+    if isinstance(padding, list) and not node.attr("count_include_pad"):
+        raise UnsupportedError(f"node {node.name} (AveragePool): explicit pads that exclude the padding from the "
+                               f"average and are not TF's SAME have no TF equivalent")
+    x, padding = _pool_padding(ex, node, node.inputs[0], kernel, strides, 0.0)
+    ex.set(node.outputs[0], tf().nn.avg_pool2d(x, kernel, strides, padding), True)
+
+
+@emits("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    fn = tfm.reduce_mean if node.op == "GlobalAveragePool" else tfm.reduce_max
+    if ex.rank(x_v) == 4:
+        ex.set(node.outputs[0], fn(ex.nhwc(x_v), axis=[1, 2], keepdims=True), True)
+    else:
+        r = ex.rank(x_v)
+        ex.set(node.outputs[0], fn(ex.std(x_v), axis=list(range(2, r)), keepdims=True))
+
+
+@emits("BatchNormalization")
+def _batchnorm(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    params = [ex.const(v) for v in node.inputs[1:5]]
+    eps = float(node.attr("epsilon"))
+    if ex.rank(x_v) == 4 and all(p is not None for p in params) and x_v.dtype in ("float32", "float16"):
+        scale, bias, mean, var = [tfm.constant(p.astype(np.float32)) for p in params]
+        y = tfm.raw_ops.FusedBatchNormV3(x=ex.nhwc(x_v), scale=scale, offset=bias, mean=mean, variance=var,
+                                         epsilon=eps, data_format="NHWC", is_training=False)[0]
+        ex.set(node.outputs[0], y, True)
+        return
+    x = ex.std(x_v)
+    r = ex.rank(x_v)
+    shape = [-1] + [1] * (r - 2)
+    scale, bias, mean, var = [tfm.reshape(tfm.cast(ex.std(v), x.dtype), shape) for v in node.inputs[1:5]]
+    ex.set(node.outputs[0], (x - mean) * (scale * tfm.math.rsqrt(var + eps)) + bias)
+
+
+@emits("LRN")
+def _lrn(ex, node):
+    size = int(node.attr("size"))
+    if size % 2 == 0:
+        raise UnsupportedError(f"node {node.name} (LRN): an even size has no TF equivalent")
+    tfm = tf()
+    y = tfm.nn.local_response_normalization(ex.nhwc(node.inputs[0]), depth_radius=size // 2,
+                                            bias=float(node.attr("bias")), alpha=float(node.attr("alpha")) / size,
+                                            beta=float(node.attr("beta")))
+    ex.set(node.outputs[0], y, True)
+
+
+# ------------------------------------------------------------------------------------------ matmul
+@emits("MatMul")
+def _matmul(ex, node):
+    tfm = tf()
+    a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
+    ra, rb = a.shape.rank, b.shape.rank
+    if ra == 1 or rb == 1:
+        y = tfm.linalg.matvec(a, b) if rb == 1 and ra and ra >= 2 else tfm.tensordot(a, b, axes=[[ra - 1], [0 if rb == 1 else rb - 2]])
+    elif ra is not None and rb == 2 and ra > 2:
+        # (..., K) @ (K, N): one 2-D MatMul on the flattened rows (what Keras' Dense emits)
+        k, n = b.shape
+        y2 = tfm.linalg.matmul(tfm.reshape(a, [-1, k]), b)
+        middle = a.shape[1:-1].as_list()
+        if all(d is not None for d in middle):
+            y = tfm.reshape(y2, [-1] + middle + [n])
+        else:
+            y = tfm.reshape(y2, tfm.concat([tfm.shape(a)[:-1], [n]], axis=0))
+            y.set_shape(a.shape[:-1].as_list() + [n])
+    else:
+        y = tfm.linalg.matmul(a, b)
+    ex.set(node.outputs[0], y)
+
+
+@emits("Gemm")
+def _gemm(ex, node):
+    tfm = tf()
+    a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
+    y = tfm.linalg.matmul(a, b, transpose_a=bool(node.attr("transA")), transpose_b=bool(node.attr("transB")))
+    alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
+    if alpha != 1.0:
+        y = y * alpha
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        c = ex.const(node.inputs[2])
+        if c is not None and beta == 1.0 and c.ndim == 1:
+            y = tfm.nn.bias_add(y, tfm.constant(c.astype(node.outputs[0].dtype or c.dtype)))
+        else:
+            y = y + beta * ex.std(node.inputs[2])
+    ex.set(node.outputs[0], y)
+
+
+# ------------------------------------------------------------------------------------------ reductions
+def _axes_input(ex, node, idx=1):
+    if len(node.inputs) > idx and node.inputs[idx] is not None:
+        c = ex.const(node.inputs[idx])
+        if c is None:
+            raise UnsupportedError(f"node {node.name} ({node.op}): the TF exporter needs constant axes")
+        return [int(a) for a in np.asarray(c).reshape(-1)]
+    return None
+
+
+@emits("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+def _reduce(ex, node):
+    tfm = tf()
+    fn = {"ReduceMean": tfm.reduce_mean, "ReduceSum": tfm.reduce_sum, "ReduceMax": tfm.reduce_max,
+          "ReduceMin": tfm.reduce_min, "ReduceProd": tfm.reduce_prod}[node.op]
+    x_v = node.inputs[0]
+    axes = _axes_input(ex, node)
+    keep = bool(node.attr("keepdims"))
+    r = ex.rank(x_v)
+    if not axes:
+        if node.attr("noop_with_empty_axes"):
+            t, f = ex.env_entry(x_v)
+            ex.set(node.outputs[0], t, f)
+            return
+        axes = list(range(r)) if r is not None else None
+    if ex.flagged(x_v) and keep and r == 4:
+        ex.set(node.outputs[0], fn(ex.env_entry(x_v)[0], axis=[NCHW_AXIS_TO_NHWC[a % 4] for a in axes],
+                                   keepdims=True), True)
+        return
+    ex.set(node.outputs[0], fn(ex.std(x_v), axis=axes, keepdims=keep))
+
+
+@emits("Softmax", "LogSoftmax")
+def _softmax(ex, node):
+    tfm = tf()
+    fn = tfm.nn.softmax if node.op == "Softmax" else tfm.nn.log_softmax
+    x_v = node.inputs[0]
+    axis = int(node.attr("axis"))
+    r = ex.rank(x_v)
+    if ex.flagged(x_v) and r == 4:
+        ex.set(node.outputs[0], fn(ex.env_entry(x_v)[0], axis=NCHW_AXIS_TO_NHWC[axis % 4]), True)
+        return
+    ex.set(node.outputs[0], fn(ex.std(x_v), axis=axis))
+
+
+@emits("LayerNormalization")
+def _layernorm(ex, node):
+    tfm = tf()
+    x = ex.std(node.inputs[0])
+    r = x.shape.rank
+    axis = int(node.attr("axis")) % r
+    axes = list(range(axis, r))
+    mean, var = tfm.nn.moments(x, axes=axes, keepdims=True)
+    y = (x - mean) * tfm.math.rsqrt(var + float(node.attr("epsilon")))
+    y = y * ex.std(node.inputs[1])
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        y = y + ex.std(node.inputs[2])
+    ex.set(node.outputs[0], y)
+
+
+# ------------------------------------------------------------------------------------------ shapes
+def _spatial_ones(v) -> bool:
+    return v.shape is not None and len(v.shape) == 4 and v.shape[2] == 1 and v.shape[3] == 1
+
+
+@emits("Reshape")
+def _reshape(ex, node):
+    tfm = tf()
+    x_v, s_v = node.inputs
+    target = ex.const(s_v)
+    out = node.outputs[0]
+    # (N,C,1,1) -> (N,C): the NHWC tensor (N,1,1,C) has the same element order
+    x = ex.env_entry(x_v)[0] if ex.flagged(x_v) and _spatial_ones(x_v) else ex.std(x_v)
+    if target is None:
+        ex.set(out, tfm.reshape(x, ex.std(s_v)))
+        return
+    target = [int(t) for t in np.asarray(target).reshape(-1)]
+    if not node.attr("allowzero") and 0 in target:
+        dyn = None
+        resolved = []
+        for i, t in enumerate(target):
+            if t != 0:
+                resolved.append(t)
+            elif x_v.shape is not None and isinstance(x_v.shape[i], int):
+                resolved.append(x_v.shape[i])
+            else:
+                dyn = tfm.shape(x) if dyn is None else dyn
+                resolved.append(dyn[i])
+        target = tfm.stack([tfm.cast(t, tfm.int32) for t in resolved]) if dyn is not None else resolved
+    ex.set(out, tfm.reshape(x, target))
+
+
+@emits("Flatten")
+def _flatten(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    axis = int(node.attr("axis"))
+    x = ex.env_entry(x_v)[0] if ex.flagged(x_v) and _spatial_ones(x_v) and axis == 1 else ex.std(x_v)
+    s = x_v.shape
+    r = len(s) if s is not None else x.shape.rank
+    axis %= r + 1 if axis < 0 else r + 1
+    tail = s[axis:] if s is not None else None
+    if tail is not None and all(isinstance(d, int) for d in tail):
+        y = tfm.reshape(x, [-1, int(np.prod(tail, dtype=np.int64))]) if axis > 0 else tfm.reshape(x, [1, -1])
+    else:
+        dyn = tfm.shape(x)
+        y = tfm.reshape(x, [tfm.reduce_prod(dyn[:axis]), -1])
+    ex.set(node.outputs[0], y)
+
+
+@emits("Transpose")
+def _transpose(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    r = ex.rank(x_v)
+    perm = _ints(node, "perm", list(range(r))[::-1] if r else [])
+    t, f = ex.env_entry(x_v)
+    if f:
+        # t is x permuted by TO_NHWC; y = x permuted by perm = t permuted by inv(TO_NHWC) then perm
+        perm = [TO_NHWC.index(p) for p in perm]
+        f = False
+    if tuple(perm) == TO_NCHW and len(perm) == 4:
+        ex.set(node.outputs[0], t, True)  # only the flag changes: no TF op
+    elif perm == list(range(len(perm))):
+        ex.set(node.outputs[0], t, False)
+    else:
+        ex.set(node.outputs[0], tfm.transpose(t, perm), False)
+
+
+@emits("Squeeze")
+def _squeeze(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    axes = _axes_input(ex, node)
+    r = ex.rank(x_v)
+    if axes is not None and r == 4 and ex.flagged(x_v) and sorted(a % 4 for a in axes) == [2, 3]:
+        ex.set(node.outputs[0], tfm.squeeze(ex.env_entry(x_v)[0], axis=[1, 2]))  # (N,1,1,C) -> (N,C)
+        return
+    ex.set(node.outputs[0], tfm.squeeze(ex.std(x_v), axis=axes))
+
+
+@emits("Unsqueeze")
+def _unsqueeze(ex, node):
+    tfm = tf()
+    x = ex.std(node.inputs[0])
+    axes = _axes_input(ex, node)
+    rank = x.shape.rank + len(axes)
+    for a in sorted(a % rank for a in axes):
+        x = tfm.expand_dims(x, a)
+    ex.set(node.outputs[0], x)
+
+
+@emits("Concat")
+def _concat(ex, node):
+    tfm = tf()
+    axis = int(node.attr("axis"))
+    ops, f = _broadcast_operands(ex, node)
+    if f:
+        axis = NCHW_AXIS_TO_NHWC[axis % 4]
+    ex.set(node.outputs[0], tfm.concat(ops, axis=axis), f)
+
+
+@emits("Split")
+def _split(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    axis = int(node.attr("axis"))
+    sizes = _axes_input(ex, node)
+    n = len(node.outputs)
+    t, f = ex.env_entry(x_v)
+    if f and ex.rank(x_v) == 4:
+        axis = NCHW_AXIS_TO_NHWC[axis % 4]
+    else:
+        t, f = ex.std(x_v), False
+    outs = tfm.split(t, sizes if sizes else n, axis=axis)
+    for v, o in zip(node.outputs, outs):
+        ex.set(v, o, f)
+
+
+@emits("Slice")
+def _slice(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    r = ex.rank(x_v)
+    starts, ends = _axes_input(ex, node, 1), _axes_input(ex, node, 2)
+    axes = _axes_input(ex, node, 3) or list(range(len(starts)))
+    steps = _axes_input(ex, node, 4) or [1] * len(starts)
+    if r is None:
+        raise UnsupportedError(f"node {node.name} (Slice): the TF exporter needs the input rank")
+    begin, end, strides = [0] * r, [0] * r, [1] * r
+    bmask = emask = (1 << r) - 1
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        ax %= r
+        strides[ax] = sp
+        big = en >= INT_MAX // 2 if sp > 0 else en <= -(INT_MAX // 2)
+        if not (st == 0 and sp > 0) and not (sp < 0 and st >= INT_MAX // 2):
+            begin[ax] = st
+            bmask &= ~(1 << ax)
+        if not big:
+            end[ax] = en
+            emask &= ~(1 << ax)
+    y = tfm.strided_slice(ex.std(x_v), begin, end, strides, begin_mask=bmask, end_mask=emask)
+    ex.set(node.outputs[0], y)
+
+
+@emits("Pad")
+def _pad(ex, node):
+    tfm = tf()
+    x_v = node.inputs[0]
+    pads = _axes_input(ex, node, 1)
+    r = ex.rank(x_v)
+    axes = _axes_input(ex, node, 3) if len(node.inputs) > 3 else None
+    axes = list(range(r)) if axes is None else [a % r for a in axes]
+    widths = [[0, 0] for _ in range(r)]
+    for k, a in enumerate(axes):
+        widths[a] = [pads[k], pads[k + len(axes)]]
+    if any(w < 0 for p in widths for w in p):
+        raise UnsupportedError(f"node {node.name} (Pad): negative pads have no TF lowering")
+    mode = node.attr("mode")
+    value = 0
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        c = ex.const(node.inputs[2])
+        value = c.reshape(-1)[0] if c is not None and c.size else value
+    t, f = ex.env_entry(x_v)
+    if f and r == 4:
+        widths = [widths[p] for p in TO_NHWC]
+    else:
+        t, f = ex.std(x_v), False
+    tf_mode = {"constant": "CONSTANT", "reflect": "REFLECT"}.get(mode)
+    if tf_mode is None:
+        raise UnsupportedError(f"node {node.name} (Pad): mode {mode!r} has no TF lowering")
+    y = tfm.pad(t, widths, mode=tf_mode, constant_values=value) if tf_mode == "CONSTANT" else \
+        tfm.pad(t, widths, mode=tf_mode)
+    ex.set(node.outputs[0], y, f)
+
+
+@emits("Gather")
+def _gather(ex, node):
+    tfm = tf()
+    data_v, idx_v = node.inputs
+    axis = int(node.attr("axis"))
+    idx = ex.const(idx_v)
+    if idx is not None:
+        n = data_v.shape[axis] if data_v.shape is not None else None
+        if isinstance(n, int):
+            idx = np.where(idx < 0, idx + n, idx)
+        indices = tfm.constant(idx)
+    else:
+        indices = ex.std(idx_v)
+    ex.set(node.outputs[0], tfm.gather(ex.std(data_v), indices, axis=axis))
+
+
+@emits("Expand")
+def _expand(ex, node):
+    tfm = tf()
+    x = ex.std(node.inputs[0])
+    shape = tfm.cast(ex.std(node.inputs[1]), tfm.int64)
+    ex.set(node.outputs[0], tfm.broadcast_to(x, tfm.broadcast_dynamic_shape(tfm.shape(x, out_type=tfm.int64),
+                                                                            shape)))
+
+
+@emits("Tile")
+def _tile(ex, node):
+    ex.set(node.outputs[0], tf().tile(ex.std(node.inputs[0]), ex.std(node.inputs[1])))
+
+
+# ------------------------------------------------------------------------------------------ opaque TF ops
+@emits("*", domain="tf")
+def _tf_opaque(ex, node):
+    from aiacc.plugins.tf.importer import rebuild_node
+
+    tfm = tf()
+    nd = node.meta.get("node_def")
+    if nd is None:
+        nd = tfm.compat.v1.NodeDef()
+        nd.ParseFromString(base64.b64decode(node.attrs["node_def"]))
+    inputs = [ex.std(v) for v in node.inputs]
+    outs = rebuild_node(nd, [t.dtype.as_datatype_enum for t in inputs], inputs, len(node.outputs))
+    for v, o in zip(node.outputs, outs):
+        ex.set(v, o)

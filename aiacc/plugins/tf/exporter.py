@@ -1,0 +1,201 @@
+"""IR -> TensorFlow: an (optimized) graph becomes a `tf.Module` whose `__call__` is a `tf.function`.
+
+The IR is NCHW; the TF graph is built NHWC again. Every IR value maps to a TF tensor plus a flag `nhwc`:
+when set, the tensor holds the value transposed to channels-last. A Transpose(0,3,1,2) at a graph input
+only sets the flag (no TF op), Conv / pools / batch norm run NHWC on flagged tensors, elementwise ops keep
+the flag (their constants are permuted once, at export time) and the flag is dropped with a real transpose
+only where an op needs the IR layout. So a CNN exports with no Transpose op at all, Conv2D + BiasAdd + Relu
+in the shape Grappler's remapper fuses.
+
+`tf.saved_model.save` works on the result; the reloaded model computes the same outputs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from aiacc.core.ir import Graph, Node, Value
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.tf._tf import tf
+
+TO_NCHW = (0, 3, 1, 2)
+TO_NHWC = (0, 2, 3, 1)
+NCHW_AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
+
+_EMITTERS: dict[tuple[str, str], Callable[["Emitter", Node], None]] = {}
+
+
+def emits(*ops: str, domain: str = ""):
+    """Register an emitter for IR ops (in `domain`)."""
+
+    def wrap(fn):
+        for op in ops:
+            _EMITTERS[(domain, op)] = fn
+        return fn
+
+    return wrap
+
+
+def has_emitter(node: Node) -> bool:
+    return (node.domain, node.op) in _EMITTERS or node.domain == "tf"
+
+
+# ------------------------------------------------------------------------------------------ entry point
+def input_specs(graph: Graph) -> list:
+    """The tf.TensorSpec of each graph input: the original signature when the graph came from TF."""
+    tfm = tf()
+    sig = graph.meta.get("tf_signature")
+    if sig and len(sig) == len(graph.inputs):
+        return [tfm.TensorSpec(shape, tfm.as_dtype(dtype), name=name) for (name, shape, dtype) in sig]
+    specs = []
+    for v in graph.inputs:
+        if v.type is None or v.dtype is None:
+            raise UnsupportedError(f"graph input %{v.name} has no type; the TF exporter needs dtype and rank")
+        shape = None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
+        specs.append(tfm.TensorSpec(shape, tfm.as_dtype(v.dtype), name=v.name))
+    return specs
+
+
+def export_graph(graph: Graph) -> Any:
+    """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure."""
+    tfm = tf()
+    for node in graph:
+        if not has_emitter(node) and not _decomposable(node):
+            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
+    graph = graph.copy()
+    specs = input_specs(graph)
+    structure = graph.meta.get("tf_output_structure")
+
+    def call(self, *xs):
+        outs = Emitter(graph).run(list(xs))
+        if structure is not None:
+            try:
+                return tfm.nest.pack_sequence_as(structure, outs)
+            except (ValueError, TypeError):
+                pass
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    cls = type("AiaccTFModule", (tfm.Module,), {
+        "__call__": tfm.function(call, input_signature=specs, autograph=False, reduce_retracing=True),
+        "__doc__": "A TF model optimized by aiacc: call it like the original.",
+    })
+    module = cls(name=_module_name(graph.name))
+    module.aiacc_graph = _Opaque(graph)
+    return module
+
+
+class _Opaque:
+    """Holds the IR graph on the module without tf.Module trying to track it."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+
+def _module_name(name: str) -> str:
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "aiacc"
+    return clean if clean[0].isalpha() else "m_" + clean
+
+
+def _decomposable(node: Node) -> bool:
+    if node.domain != "aiacc":
+        return False
+    try:
+        from aiacc.core.ops import fused  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(fused, "decompose")
+
+
+# ------------------------------------------------------------------------------------------ the emitter
+class Emitter:
+    """Walks the IR in order, building TF ops inside the tf.function being traced."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.env: dict[int, tuple[Any, bool]] = {}
+
+    def run(self, xs: list) -> list:
+        tfm = tf()
+        for v, x in zip(self.graph.inputs, xs):
+            self.env[id(v)] = (x, False)
+        for node in self.graph:
+            self.emit(node)
+        return [tfm.identity(self.std(v)) for v in self.graph.outputs]
+
+    def emit(self, node: Node) -> None:
+        fn = _EMITTERS.get((node.domain, node.op))
+        if fn is None and node.domain == "tf":
+            fn = _EMITTERS[("tf", "*")]
+        if fn is None:
+            self.emit_decomposed(node)
+            return
+        fn(self, node)
+
+    def emit_decomposed(self, node: Node) -> None:
+        """An aiacc fused op without a TF lowering: emit the ops it is defined by."""
+        from aiacc.core.ops.fused import decompose
+
+        sub = decompose(node)
+        inner = Emitter(sub)
+        for v, outer in zip(sub.inputs, [v for v in node.inputs if v is not None]):
+            inner.env[id(v)] = self.env_entry(outer)
+        for n in sub:
+            inner.emit(n)
+        for v, o in zip(node.outputs, sub.outputs):
+            self.env[id(v)] = inner.env_entry(o)
+
+    # -- values -------------------------------------------------------------------------------------
+    def env_entry(self, v: Value) -> tuple[Any, bool]:
+        if id(v) not in self.env:
+            if v.const is not None:
+                self.env[id(v)] = (tf().constant(v.const), False)
+            else:
+                raise UnsupportedError(f"value %{v.name} is read before it is defined")
+        return self.env[id(v)]
+
+    def set(self, v: Value, tensor: Any, nhwc: bool = False) -> None:
+        self.env[id(v)] = (tensor, nhwc)
+
+    def flagged(self, v: Value | None) -> bool:
+        return v is not None and v.const is None and self.env_entry(v)[1]
+
+    def std(self, v: Value) -> Any:
+        """The tensor in the IR's layout."""
+        t, nhwc = self.env_entry(v)
+        return tf().transpose(t, TO_NCHW) if nhwc else t
+
+    def nhwc(self, v: Value) -> Any:
+        """The rank-4 value in NHWC."""
+        if v.const is not None:
+            return tf().constant(np.ascontiguousarray(np.transpose(v.const, TO_NHWC)))
+        t, nhwc = self.env_entry(v)
+        return t if nhwc else tf().transpose(t, TO_NHWC)
+
+    def const(self, v: Value | None) -> np.ndarray | None:
+        if v is None:
+            return None
+        if v.const is not None:
+            return v.const
+        p = v.producer
+        if p is not None and p.op == "Constant" and p.domain == "" and p.attrs.get("value") is not None:
+            return np.asarray(p.attrs["value"])
+        return None
+
+    def rank(self, v: Value) -> int | None:
+        return None if v.shape is None else len(v.shape)
+
+
+def const_to_nhwc(c: np.ndarray) -> np.ndarray | None:
+    """A constant that broadcasts against an NCHW rank-4 value, rewritten for the NHWC tensor."""
+    if c.ndim == 0:
+        return c
+    if c.ndim > 4:
+        return None
+    c4 = c.reshape((1,) * (4 - c.ndim) + c.shape).transpose(TO_NHWC)
+    while c4.ndim > 1 and c4.shape[0] == 1:
+        c4 = c4[0]
+    return np.ascontiguousarray(c4)
+
+
+from aiacc.plugins.tf import export_ops  # noqa: E402,F401  (registers the emitters)

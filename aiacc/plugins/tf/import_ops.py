@@ -1,0 +1,563 @@
+"""One translation per TF op type (TF semantics on the left, IR/ONNX semantics on the right).
+
+A handler returns one `Entry` per TF output, or raises `_Untranslatable` (or returns None) for a form it
+does not cover, which keeps the op opaque.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aiacc.core.ops import get_schema
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.tf._tf import np_dtype_name, tf, tf_shape
+from aiacc.plugins.tf.importer import (INT_MAX, NHWC_AXIS_TO_NCHW, TO_NCHW, Entry, GraphImporter,
+                                       _Untranslatable, handles)
+
+
+def _attr(tfop, key, default=None):
+    try:
+        v = tfop.get_attr(key)
+    except ValueError:
+        return default
+    return v.decode() if isinstance(v, bytes) else v
+
+
+# ------------------------------------------------------------------------------------------ plumbing
+@handles("Const")
+def _const(imp: GraphImporter, tfop):
+    value = tf().make_ndarray(tfop.get_attr("value"))
+    return [Entry(imp.init(value, tfop.name))]
+
+
+@handles("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics")
+def _identity(imp, tfop):
+    return [imp.entry(tfop.inputs[0])]
+
+
+@handles("IdentityN")
+def _identity_n(imp, tfop):
+    return [imp.entry(t) for t in tfop.inputs]
+
+
+@handles("Cast")
+def _cast(imp, tfop):
+    to = np_dtype_name(tfop.get_attr("DstT"), f"TF node {tfop.name} (Cast)")
+    e = imp.entry(tfop.inputs[0])
+    return [Entry(imp.emit1("Cast", [e.value], {"to": to}, name=tfop.name), e.nchw)]
+
+
+# ------------------------------------------------------------------------------------------ elementwise
+_UNARY = {"Relu": "Relu", "Elu": "Elu", "Selu": "Selu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp",
+          "Log": "Log", "Sqrt": "Sqrt", "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal",
+          "Inv": "Reciprocal", "Floor": "Floor", "Ceil": "Ceil", "Round": "Round", "Sign": "Sign", "Sin": "Sin",
+          "Cos": "Cos", "Softplus": "Softplus", "Softsign": "Softsign", "LogicalNot": "Not"}
+
+
+@handles(*_UNARY)
+def _unary(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    return [Entry(imp.emit1(_UNARY[tfop.type], [e.value], name=tfop.name), e.nchw)]
+
+
+@handles("LeakyRelu")
+def _leaky(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    return [Entry(imp.emit1("LeakyRelu", [e.value], {"alpha": float(tfop.get_attr("alpha"))}, name=tfop.name),
+                  e.nchw)]
+
+
+@handles("Relu6")
+def _relu6(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    dt = e.value.dtype
+    lo, hi = imp.init(np.array(0, dt), tfop.name + "_min"), imp.init(np.array(6, dt), tfop.name + "_max")
+    return [Entry(imp.emit1("Clip", [e.value, lo, hi], name=tfop.name), e.nchw)]
+
+
+@handles("Rsqrt")
+def _rsqrt(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    s = imp.emit1("Sqrt", [e.value], name=tfop.name + "_sqrt")
+    return [Entry(imp.emit1("Reciprocal", [s], name=tfop.name), e.nchw)]
+
+
+@handles("Square")
+def _square(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    return [Entry(imp.emit1("Mul", [e.value, e.value], name=tfop.name), e.nchw)]
+
+
+@handles("Erfc")
+def _erfc(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    erf = imp.emit1("Erf", [e.value], name=tfop.name + "_erf")
+    one = imp.init(np.array(1, e.value.dtype), tfop.name + "_one")
+    return [Entry(imp.emit1("Sub", [one, erf], name=tfop.name), e.nchw)]
+
+
+def _operands(imp: GraphImporter, tensors) -> tuple[list, bool]:
+    """IR operands of a broadcasting op: NCHW when a rank-4 operand already is and the others can follow
+    (constants are permuted, rank-4 tensors transposed), else all in TF layout."""
+    entries = [imp.entry(t) for t in tensors]
+    if any(e.nchw for e in entries):
+        ok = all(e.nchw or e.value.const is not None or (e.value.shape is not None and len(e.value.shape) == 4)
+                 for e in entries)
+        if ok:
+            vals = []
+            for t, e in zip(tensors, entries):
+                if e.nchw:
+                    vals.append(e.value)
+                elif e.value.const is not None:
+                    vals.append(_const_to_nchw(imp, e.value, t.name))
+                else:
+                    vals.append(imp.nchw(t))
+            return vals, True
+    return [imp.plain(t) for t in tensors], False
+
+
+def _const_to_nchw(imp, v, name):
+    """A constant broadcast against an NHWC rank-4 tensor, rewritten to broadcast against NCHW."""
+    c = v.const
+    if c.ndim == 0:
+        return v
+    if c.ndim > 4:
+        raise _Untranslatable("constant of rank > 4")
+    c4 = c.reshape((1,) * (4 - c.ndim) + c.shape).transpose(TO_NCHW)
+    while c4.ndim > 1 and c4.shape[0] == 1:  # drop leading ones: (1,C,1,1) -> (C,1,1)
+        c4 = c4[0]
+    return imp.init(np.ascontiguousarray(c4), name + "_nchw")
+
+
+_BINARY = {"AddV2": "Add", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "RealDiv": "Div", "Maximum": "Max",
+           "Minimum": "Min", "Pow": "Pow", "Less": "Less", "Greater": "Greater", "LessEqual": "LessOrEqual",
+           "GreaterEqual": "GreaterOrEqual", "Equal": "Equal", "LogicalAnd": "And", "LogicalOr": "Or",
+           "FloorMod": "Mod", "AddN": "Sum"}
+
+
+@handles(*_BINARY)
+def _binary(imp, tfop):
+    if tfop.type in ("RealDiv",) and not tfop.inputs[0].dtype.is_floating:
+        return None
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    return [Entry(imp.emit1(_BINARY[tfop.type], vals, name=tfop.name), nchw)]
+
+
+@handles("Div")
+def _div(imp, tfop):
+    if not tfop.inputs[0].dtype.is_floating:
+        return None  # TF integer Div floors, ONNX Div truncates
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    return [Entry(imp.emit1("Div", vals, name=tfop.name), nchw)]
+
+
+@handles("SquaredDifference")
+def _sqdiff(imp, tfop):
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    d = imp.emit1("Sub", vals, name=tfop.name + "_diff")
+    return [Entry(imp.emit1("Mul", [d, d], name=tfop.name), nchw)]
+
+
+@handles("Select", "SelectV2")
+def _select(imp, tfop):
+    if tfop.type == "Select" and imp.rank(tfop.inputs[0]) not in (0, imp.rank(tfop.inputs[1])):
+        return None  # Select with a vector condition picks rows: not numpy broadcasting
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    return [Entry(imp.emit1("Where", vals, name=tfop.name), nchw)]
+
+
+@handles("BiasAdd", "BiasAddV1")
+def _bias_add(imp, tfop):
+    x, b = tfop.inputs
+    e = imp.entry(x)
+    fmt = _attr(tfop, "data_format", "NHWC")
+    rank = imp.rank(x)
+    bias = imp.plain(b)
+    if fmt == "NCHW" and rank and rank > 2:
+        bias = _channel_vector(imp, bias, rank - 2, tfop.name)
+        return [Entry(imp.emit1("Add", [imp.plain(x), bias], name=tfop.name))]
+    if e.nchw:
+        bias = _channel_vector(imp, bias, 2, tfop.name)
+        return [Entry(imp.emit1("Add", [e.value, bias], name=tfop.name), True)]
+    return [Entry(imp.emit1("Add", [e.value, bias], name=tfop.name))]
+
+
+def _channel_vector(imp, bias, trailing: int, name):
+    """(C,) -> (C, 1, ..., 1) so that it broadcasts over a channels-first tensor."""
+    if bias.const is not None:
+        return imp.init(bias.const.reshape(bias.const.shape + (1,) * trailing), name + "_bias")
+    return imp.emit1("Unsqueeze", [bias, imp.ints(list(range(1, trailing + 1)), name + "_axes")],
+                     name=name + "_bias")
+
+
+# ------------------------------------------------------------------------------------------ convolution
+def _spatial(tfop, key, fmt):
+    v = list(tfop.get_attr(key))
+    return v[1:3] if fmt == "NHWC" else v[2:4]
+
+
+def _same_pads(sizes, kernel, strides, dilations):
+    pads_b, pads_e = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads_b.append(total // 2)
+        pads_e.append(total - total // 2)
+    return pads_b + pads_e
+
+
+def _padding_attrs(imp, tfop, x, kernel, strides, dilations, fmt):
+    """ONNX pads / auto_pad for TF's padding attribute."""
+    padding = _attr(tfop, "padding")
+    if padding == "VALID":
+        return {"pads": [0, 0, 0, 0]}
+    if padding == "EXPLICIT":
+        ex = list(tfop.get_attr("explicit_paddings"))
+        pairs = [ex[i:i + 2] for i in range(0, len(ex), 2)]
+        hw = pairs[1:3] if fmt == "NHWC" else pairs[2:4]
+        return {"pads": [hw[0][0], hw[1][0], hw[0][1], hw[1][1]]}
+    shape = imp.static_shape(x)
+    sizes = None if shape is None else (shape[1:3] if fmt == "NHWC" else shape[2:4])
+    if sizes is not None and all(isinstance(s, int) for s in sizes):
+        return {"pads": _same_pads(sizes, kernel, strides, dilations)}
+    return {"auto_pad": "SAME_UPPER"}
+
+
+def _layout_in(imp, x, fmt):
+    if fmt == "NHWC":
+        return imp.nchw(x)
+    if fmt == "NCHW":
+        return imp.plain(x)
+    raise _Untranslatable(f"data_format {fmt}")
+
+
+@handles("Conv2D", "DepthwiseConv2dNative")
+def _conv(imp, tfop):
+    x, w = tfop.inputs
+    fmt = _attr(tfop, "data_format", "NHWC")
+    wc = imp.need_const(w, "non-constant filter")
+    kh, kw, cin_w, cout_w = wc.shape
+    strides, dilations = _spatial(tfop, "strides", fmt), _spatial(tfop, "dilations", fmt)
+    xv = _layout_in(imp, x, fmt)
+    if tfop.type == "Conv2D":
+        weight = np.ascontiguousarray(wc.transpose(3, 2, 0, 1))  # HWIO -> OIHW
+        cin = (imp.static_shape(x) or [None] * 4)[3 if fmt == "NHWC" else 1]
+        group = cin // cin_w if isinstance(cin, int) and cin != cin_w else 1
+    else:  # depthwise: (H, W, C, M) -> (C*M, 1, H, W), group C
+        weight = np.ascontiguousarray(wc.reshape(kh, kw, cin_w * cout_w).transpose(2, 0, 1)[:, None])
+        group = cin_w
+    attrs = {"kernel_shape": [kh, kw], "strides": strides, "dilations": dilations, "group": group}
+    attrs.update(_padding_attrs(imp, tfop, x, [kh, kw], strides, dilations, fmt))
+    wv = imp.init(weight, tfop.name + "_weight")
+    return [Entry(imp.emit1("Conv", [xv, wv], attrs, name=tfop.name), fmt == "NHWC")]
+
+
+@handles("MaxPool", "AvgPool")
+def _pool(imp, tfop):
+    (x,) = tfop.inputs[:1]
+    fmt = _attr(tfop, "data_format", "NHWC")
+    kernel, strides = _spatial(tfop, "ksize", fmt), _spatial(tfop, "strides", fmt)
+    attrs = {"kernel_shape": kernel, "strides": strides}
+    attrs.update(_padding_attrs(imp, tfop, x, kernel, strides, [1, 1], fmt))
+    op = "MaxPool"
+    if tfop.type == "AvgPool":
+        op = "AveragePool"
+        attrs["count_include_pad"] = 0  # TF SAME averages over the valid window only
+    return [Entry(imp.emit1(op, [_layout_in(imp, x, fmt)], attrs, name=tfop.name), fmt == "NHWC")]
+
+
+@handles("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+def _fused_bn(imp, tfop):
+    if tfop.get_attr("is_training"):
+        raise UnsupportedError(f"TF node {tfop.name} ({tfop.type}) is in training mode; aiacc imports "
+                               f"inference graphs (call the Keras model with training=False)")
+    for t in tfop.outputs[1:]:
+        if t.consumers():
+            return None
+    x = tfop.inputs[0]
+    fmt = _attr(tfop, "data_format", "NHWC")
+    params = [imp.plain(t) for t in tfop.inputs[1:5]]
+    y = imp.emit1("BatchNormalization", [_layout_in(imp, x, fmt)] + params,
+                  {"epsilon": float(tfop.get_attr("epsilon"))}, name=tfop.name)
+    # the statistics outputs are unread (checked above)
+    return [Entry(y, fmt == "NHWC")] + [None] * (len(tfop.outputs) - 1)
+
+
+# ------------------------------------------------------------------------------------------ matmul
+@handles("MatMul")
+def _matmul(imp, tfop):
+    a, b = [imp.plain(t) for t in tfop.inputs]
+    if tfop.get_attr("transpose_a"):
+        a = imp.transpose(a, (1, 0))
+    if tfop.get_attr("transpose_b"):
+        b = imp.transpose(b, (1, 0))
+    return [Entry(imp.emit1("MatMul", [a, b], name=tfop.name))]
+
+
+@handles("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+def _batch_matmul(imp, tfop):
+    vals = []
+    for t, key in zip(tfop.inputs, ("adj_x", "adj_y")):
+        v = imp.plain(t)
+        if tfop.get_attr(key):
+            r = imp.rank(t)
+            if r is None:
+                return None
+            perm = list(range(r - 2)) + [r - 1, r - 2]
+            v = imp.transpose(v, perm)
+        vals.append(v)
+    return [Entry(imp.emit1("MatMul", vals, name=tfop.name))]
+
+
+@handles("Einsum")
+def _einsum(imp, tfop):
+    """Two-operand einsum without ellipsis as Transpose -> (Reshape) -> MatMul -> (Reshape) -> Transpose."""
+    eq = _attr(tfop, "equation").replace(" ", "")
+    if "..." in eq or len(tfop.inputs) != 2 or "->" not in eq:
+        return None
+    lhs, out = eq.split("->")
+    a_s, b_s = lhs.split(",")
+    if len(set(a_s)) != len(a_s) or len(set(b_s)) != len(b_s):
+        return None  # repeated letters (traces, diagonals)
+    batch = [c for c in a_s if c in b_s and c in out]
+    contract = [c for c in a_s if c in b_s and c not in out]
+    m = [c for c in a_s if c not in b_s]
+    n = [c for c in b_s if c not in a_s]
+    if any(c not in out for c in m + n):
+        return None  # a letter summed away inside one operand
+    sa, sb = imp.static_shape(tfop.inputs[0]), imp.static_shape(tfop.inputs[1])
+    if sa is None or sb is None:
+        return None
+    size = {c: d for c, d in zip(a_s, sa)}
+    size.update({c: d for c, d in zip(b_s, sb) if size.get(c) is None})
+    name = tfop.name
+
+    def grouped(v, letters, order, rows, cols, tag):
+        v = imp.transpose(v, [letters.index(c) for c in order])
+        if len(rows) == 1 and len(cols) == 1:
+            return v
+        dims = [size[c] for c in rows + cols]
+        if not all(isinstance(d, int) for d in dims):
+            raise _Untranslatable("dynamic grouped einsum dims")
+        target = [0] * len(batch) + [int(np.prod([size[c] for c in rows])), int(np.prod([size[c] for c in cols]))]
+        return imp.emit1("Reshape", [v, imp.ints(target, f"{name}_{tag}_shape")], name=f"{name}_{tag}_reshape")
+
+    a = grouped(imp.plain(tfop.inputs[0]), a_s, batch + m + contract, m, contract, "a")
+    b = grouped(imp.plain(tfop.inputs[1]), b_s, batch + contract + n, contract, n, "b")
+    y = imp.emit1("MatMul", [a, b], name=name + "_matmul")
+    if not (len(m) == 1 and len(n) == 1):
+        dims = [size[c] for c in m + n]
+        if not all(isinstance(d, int) for d in dims):
+            raise _Untranslatable("dynamic grouped einsum dims")
+        y = imp.emit1("Reshape", [y, imp.ints([0] * len(batch) + dims, name + "_out_shape")],
+                      name=name + "_out_reshape")
+    order = batch + m + n
+    y = imp.transpose(y, [order.index(c) for c in out])
+    return [Entry(y)]
+
+
+# ------------------------------------------------------------------------------------------ reductions
+def _reduce_axes(imp, tfop):
+    axes = imp.need_const(tfop.inputs[1], "non-constant axes")
+    rank = imp.rank(tfop.inputs[0])
+    if rank is None:
+        raise _Untranslatable("unknown rank")
+    return sorted({int(a) % rank for a in np.asarray(axes).reshape(-1)}), rank
+
+
+_REDUCE = {"Mean": "ReduceMean", "Sum": "ReduceSum", "Max": "ReduceMax", "Min": "ReduceMin", "Prod": "ReduceProd"}
+
+
+@handles(*_REDUCE)
+def _reduce(imp, tfop):
+    axes, rank = _reduce_axes(imp, tfop)
+    keep = bool(tfop.get_attr("keep_dims"))
+    x = tfop.inputs[0]
+    e = imp.entry(x)
+    op = _REDUCE[tfop.type]
+    if get_schema(op) is None:
+        return None
+    if e.nchw and rank == 4 and axes == [1, 2] and op in ("ReduceMean", "ReduceMax"):
+        pooled = imp.emit1("GlobalAveragePool" if op == "ReduceMean" else "GlobalMaxPool", [e.value],
+                           name=tfop.name + ("_gap" if not keep else ""))
+        if keep:
+            return [Entry(pooled, True)]
+        return [Entry(imp.emit1("Squeeze", [pooled, imp.ints([2, 3], tfop.name + "_axes")], name=tfop.name))]
+    if e.nchw and rank == 4 and keep:
+        mapped = sorted(NHWC_AXIS_TO_NCHW[a] for a in axes)
+        return [Entry(imp.emit1(op, [e.value, imp.ints(mapped, tfop.name + "_axes")], {"keepdims": 1},
+                                name=tfop.name), True)]
+    y = imp.emit1(op, [imp.plain(x), imp.ints(axes, tfop.name + "_axes")], {"keepdims": int(keep)}, name=tfop.name)
+    return [Entry(y)]
+
+
+@handles("Softmax", "LogSoftmax")
+def _softmax(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    op = tfop.type
+    if e.nchw:
+        return [Entry(imp.emit1(op, [e.value], {"axis": 1}, name=tfop.name), True)]
+    return [Entry(imp.emit1(op, [e.value], {"axis": -1}, name=tfop.name))]
+
+
+# ------------------------------------------------------------------------------------------ shapes
+@handles("Reshape")
+def _reshape(imp, tfop):
+    x, s = tfop.inputs
+    target = imp.const(s)
+    out_shape = None
+    if target is None:
+        sym = imp.sym.get(s.name)
+        if not isinstance(sym, list):
+            return None
+        unknown = [i for i, d in enumerate(sym) if not isinstance(d, int)]
+        if len(unknown) > 1 or any(isinstance(d, int) and d < 0 for d in sym):
+            return None
+        target = np.array([d if isinstance(d, int) else -1 for d in sym], np.int64)
+        out_shape = tuple(sym)
+    target = np.asarray(target, np.int64).reshape(-1)
+    attrs = {"allowzero": 1} if (target == 0).any() else {}
+    y = imp.emit1("Reshape", [imp.plain(x), imp.ints(target, tfop.name + "_shape")], attrs, name=tfop.name)
+    if out_shape is not None and y.const is None and y.type is not None and y.shape is not None:
+        from aiacc.core.ir import TensorType
+
+        merged = tuple(d if isinstance(d, int) else o for d, o in zip(y.shape, out_shape))
+        y.type = TensorType(y.dtype, merged)
+    return [Entry(y)]
+
+
+@handles("Squeeze")
+def _squeeze(imp, tfop):
+    x = tfop.inputs[0]
+    dims = list(tfop.get_attr("squeeze_dims"))
+    shape = imp.static_shape(x)
+    if shape is None:
+        return None
+    rank = len(shape)
+    if not dims:
+        if any(d is None or isinstance(d, str) for d in shape):
+            return None
+        dims = [i for i, d in enumerate(shape) if d == 1]
+    dims = sorted(d % rank for d in dims)
+    if not dims:
+        return [imp.entry(x)]
+    return [Entry(imp.emit1("Squeeze", [imp.plain(x), imp.ints(dims, tfop.name + "_axes")], name=tfop.name))]
+
+
+@handles("ExpandDims")
+def _expand_dims(imp, tfop):
+    x, a = tfop.inputs
+    axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0])
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axis = axis % (rank + 1)
+    return [Entry(imp.emit1("Unsqueeze", [imp.plain(x), imp.ints([axis], tfop.name + "_axes")], name=tfop.name))]
+
+
+@handles("Transpose")
+def _transpose(imp, tfop):
+    x, p = tfop.inputs
+    perm = [int(i) for i in imp.need_const(p, "non-constant perm")]
+    e = imp.entry(x)
+    if e.nchw and len(perm) == 4:
+        inv = [TO_NCHW.index(i) for i in range(4)]  # NHWC axis -> position in the NCHW value
+        return [Entry(imp.transpose(e.value, [inv[q] for q in perm]))]
+    return [Entry(imp.transpose(e.value, perm))]
+
+
+@handles("Shape")
+def _shape(imp, tfop):
+    y = imp.emit1("Shape", [imp.plain(tfop.inputs[0])], name=tfop.name)
+    to = np_dtype_name(tfop.get_attr("out_type"), tfop.name)
+    if to != "int64":
+        y = imp.emit1("Cast", [y], {"to": to}, name=tfop.name + "_cast")
+    return [Entry(y)]
+
+
+@handles("ConcatV2")
+def _concat(imp, tfop):
+    tensors, a = list(tfop.inputs[:-1]), tfop.inputs[-1]
+    axis = int(imp.need_const(a, "non-constant axis"))
+    rank = imp.rank(tensors[0])
+    if rank is None:
+        return None
+    axis %= rank
+    vals, nchw = _operands(imp, tensors)
+    if nchw:
+        axis = NHWC_AXIS_TO_NCHW[axis]
+    return [Entry(imp.emit1("Concat", vals, {"axis": axis}, name=tfop.name), nchw)]
+
+
+@handles("Pack")
+def _pack(imp, tfop):
+    rank = imp.rank(tfop.inputs[0])
+    if rank is None:
+        return None
+    axis = tfop.get_attr("axis") % (rank + 1)
+    parts = [imp.emit1("Unsqueeze", [imp.plain(t), imp.ints([axis], f"{tfop.name}_axes{k}")],
+                       name=f"{tfop.name}_unsqueeze{k}") for k, t in enumerate(tfop.inputs)]
+    if len(parts) == 1:
+        return [Entry(parts[0])]
+    return [Entry(imp.emit1("Concat", parts, {"axis": axis}, name=tfop.name))]
+
+
+@handles("Pad", "PadV2", "MirrorPad")
+def _pad(imp, tfop):
+    x = tfop.inputs[0]
+    pads = np.asarray(imp.need_const(tfop.inputs[1], "non-constant paddings")).astype(np.int64)
+    e = imp.entry(x)
+    mode = "constant"
+    if tfop.type == "MirrorPad":
+        m = _attr(tfop, "mode")
+        if m != "REFLECT":
+            return None
+        mode = "reflect"
+    inputs_nchw = e.nchw and pads.shape[0] == 4
+    if inputs_nchw:
+        pads = pads[list(TO_NCHW)]
+        xv = e.value
+    else:
+        xv = imp.plain(x)
+    ins = [xv, imp.ints(np.concatenate([pads[:, 0], pads[:, 1]]), tfop.name + "_pads")]
+    if tfop.type == "PadV2":
+        ins.append(imp.plain(tfop.inputs[2]))
+    return [Entry(imp.emit1("Pad", ins, {"mode": mode}, name=tfop.name), inputs_nchw)]
+
+
+@handles("StridedSlice")
+def _strided_slice(imp, tfop):
+    x, b, e_, s = tfop.inputs
+    if _attr(tfop, "ellipsis_mask") or _attr(tfop, "new_axis_mask"):
+        return None
+    begin = imp.need_const(b, "non-constant begin").tolist()
+    end = imp.need_const(e_, "non-constant end").tolist()
+    strides = imp.need_const(s, "non-constant strides").tolist()
+    bm, em, sm = _attr(tfop, "begin_mask"), _attr(tfop, "end_mask"), _attr(tfop, "shrink_axis_mask")
+    starts, ends, axes, steps, squeeze = [], [], [], [], []
+    for i, (bi, ei, si) in enumerate(zip(begin, end, strides)):
+        if sm & (1 << i):
+            starts.append(bi)
+            ends.append(bi + 1 if bi != -1 else INT_MAX)
+            steps.append(1)
+            squeeze.append(i)
+        else:
+            starts.append((0 if si > 0 else INT_MAX) if bm & (1 << i) else bi)
+            ends.append((INT_MAX if si > 0 else -INT_MAX) if em & (1 << i) else ei)
+            steps.append(si)
+        axes.append(i)
+    n = tfop.name
+    y = imp.emit1("Slice", [imp.plain(x), imp.ints(starts, n + "_starts"), imp.ints(ends, n + "_ends"),
+                            imp.ints(axes, n + "_axes"), imp.ints(steps, n + "_steps")], name=n + "_slice"
+                  if squeeze else n)
+    if squeeze:
+        y = imp.emit1("Squeeze", [y, imp.ints(squeeze, n + "_squeeze_axes")], name=n)
+    return [Entry(y)]
+
+
+@handles("GatherV2")
+def _gather(imp, tfop):
+    if _attr(tfop, "batch_dims", 0):
+        return None
+    params, idx = tfop.inputs[0], tfop.inputs[1]
+    axis = int(imp.need_const(tfop.inputs[2], "non-constant axis"))
+    return [Entry(imp.emit1("Gather", [imp.plain(params), imp.plain(idx)], {"axis": axis}, name=tfop.name))]

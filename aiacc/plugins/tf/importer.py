@@ -1,0 +1,549 @@
+"""TensorFlow -> IR: a Keras model, tf.Module or tf.function becomes an aiacc `Graph`.
+
+The model is traced to a ConcreteFunction, its variables are frozen into constants
+(`convert_variables_to_constants_v2`) and the frozen graph is walked op by op (no Grappler).
+
+Layout: TensorFlow computes in NHWC, the IR in NCHW (ONNX semantics). Every TF tensor maps to an IR value
+plus a flag `nchw`: when set, the IR value holds the TF tensor transposed to channels-first. Layout-sensitive
+ops (Conv2D, pools, FusedBatchNorm) read NCHW values; elementwise ops follow their inputs; every other op
+reads the TF layout. A Transpose is inserted only where a value crosses between the two worlds (at graph
+inputs and outputs for a CNN), so the IR of a Keras CNN is the NCHW graph an ONNX exporter would give.
+
+Shape arithmetic (Shape / StridedSlice / Pack / Prod feeding a Reshape, as Keras' Tensordot emits) is
+evaluated symbolically: a Reshape whose target has at most one unknown size gets a constant target with -1,
+and the shape subgraph disappears.
+
+A TF op with no translation becomes an opaque node that keeps its NodeDef (attrs `tf_op`, `node_def`) and
+a kernel running it eagerly, so the reference executor still runs it and the exporter rebuilds it unchanged.
+"""
+from __future__ import annotations
+
+import base64
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from aiacc.core.ir import Graph, TensorType, Value
+from aiacc.core.ops import get_schema
+from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
+from aiacc.plugins.tf._tf import np_dtype_name, tf, tf_shape
+
+TO_NCHW = (0, 3, 1, 2)
+TO_NHWC = (0, 2, 3, 1)
+NHWC_AXIS_TO_NCHW = {0: 0, 1: 2, 2: 3, 3: 1}
+INT_MAX = 2 ** 63 - 1
+
+
+# ------------------------------------------------------------------------------------------ entry points
+@dataclass
+class Traced:
+    """A model reduced to a frozen ConcreteFunction and its input signature."""
+
+    frozen: Any  # ConcreteFunction with variables frozen
+    specs: list  # tf.TensorSpec per flat input
+    output_structure: Any  # structure of the outputs (tf.nest), to pack the exported outputs the same way
+
+
+def _is_keras_model(model: Any) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(model, keras.Model)
+
+
+def _flat_examples(example_inputs: Any) -> list | None:
+    if example_inputs is None:
+        return None
+    tfm = tf()
+    flat = tfm.nest.flatten(example_inputs) if isinstance(example_inputs, (list, tuple, dict)) else [example_inputs]
+    out = []
+    for i, x in enumerate(flat):
+        if isinstance(x, tfm.TensorSpec):
+            out.append(x)
+            continue
+        try:
+            out.append(tfm.convert_to_tensor(x))
+        except (TypeError, ValueError) as e:
+            raise ShapeError(f"example input {i} ({type(x).__name__}) cannot be converted to a tensor: {e}") from None
+    return out
+
+
+def _spec_of(x: Any, relax_batch: bool):
+    tfm = tf()
+    if isinstance(x, tfm.TensorSpec):
+        return x
+    shape = list(x.shape)
+    if relax_batch and shape:
+        shape[0] = None
+    return tfm.TensorSpec(shape, x.dtype)
+
+
+def _check_against(specs: list, examples: list, what: str) -> None:
+    """ShapeError naming the input whose rank, size or dtype the signature refuses."""
+    if len(specs) != len(examples):
+        raise ShapeError(f"{what} takes {len(specs)} inputs, {len(examples)} example inputs were given")
+    for i, (spec, x) in enumerate(zip(specs, examples)):
+        want = tf_shape(spec.shape)
+        got = tf_shape(x.shape)
+        name = getattr(spec, "name", None) or f"input {i}"
+        if want is not None and (got is None or len(got) != len(want) or
+                                 any(w is not None and g is not None and w != g for w, g in zip(want, got))):
+            raise ShapeError(f"{what}: input {name!r} expects shape {list(want)}, the example input has shape "
+                             f"{list(got) if got is not None else '?'}")
+        if spec.dtype != x.dtype:
+            raise ShapeError(f"{what}: input {name!r} expects dtype {spec.dtype.name}, the example input is "
+                             f"{x.dtype.name}")
+
+
+def _keras_input_specs(model: Any) -> list | None:
+    tfm = tf()
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    if not inputs:
+        return None
+    return [tfm.TensorSpec(tuple(t.shape), tfm.as_dtype(t.dtype), name=getattr(t, "name", None)) for t in inputs]
+
+
+def concrete_function(model: Any, example_inputs: Any) -> Traced:
+    """Trace `model` (keras.Model, tf.Module with a tf.function __call__, tf.function, ConcreteFunction) and
+    freeze its variables. Example inputs may be omitted when the model carries an input signature."""
+    tfm = tf()
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    examples = _flat_examples(example_inputs)
+    ConcreteFunction = tfm.types.experimental.ConcreteFunction
+    GenericFunction = tfm.types.experimental.GenericFunction
+
+    if _is_keras_model(model):
+        known = _keras_input_specs(model)
+        if examples is not None:
+            if known is not None:
+                _check_against(known, examples, f"Keras model {model.name!r}")
+                specs = known
+            else:
+                specs = [_spec_of(x, relax_batch=True) for x in examples]
+        elif known is not None:
+            specs = known
+        else:
+            raise UnsupportedError(f"Keras model {model.name!r} has no input shapes yet: pass example inputs")
+        single = len(specs) == 1
+
+        def call(*xs):
+            return model(xs[0] if single else list(xs), training=False)
+
+        fn = tfm.function(call, input_signature=specs)
+        try:
+            cf = fn.get_concrete_function()
+        except (ValueError, TypeError) as e:
+            raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
+                             f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
+    else:
+        if isinstance(model, tfm.Module) and not isinstance(model, (GenericFunction, ConcreteFunction)):
+            call = getattr(model, "__call__", None)
+            if not hasattr(call, "get_concrete_function"):
+                raise UnsupportedError(f"tf.Module {type(model).__name__} has no tf.function __call__: decorate "
+                                       f"__call__ with @tf.function or pass the tf.function itself")
+            model = call
+        if isinstance(model, ConcreteFunction):
+            cf = model
+            specs = [s for s in tfm.nest.flatten(cf.structured_input_signature) if isinstance(s, tfm.TensorSpec)]
+            if examples is not None:
+                _check_against(specs, examples, f"concrete function {cf.name}")
+        elif isinstance(model, GenericFunction) or hasattr(model, "get_concrete_function"):
+            sig = getattr(model, "input_signature", None)
+            if sig is not None:
+                specs = list(tfm.nest.flatten(sig))
+                if examples is not None:
+                    _check_against(specs, examples, f"tf.function {getattr(model, '__name__', '?')}")
+                cf = model.get_concrete_function()
+            elif examples is None:
+                raise UnsupportedError(f"tf.function {getattr(model, '__name__', '?')} has no input_signature: "
+                                       f"pass example inputs")
+            else:
+                specs = [_spec_of(x, relax_batch=False) for x in examples]
+                try:
+                    cf = model.get_concrete_function(*specs)
+                except (ValueError, TypeError) as e:
+                    raise ShapeError(f"tf.function {getattr(model, '__name__', '?')} cannot be traced on inputs "
+                                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
+        else:
+            raise UnsupportedError(f"{type(model).__module__}.{type(model).__name__} is not a Keras model, "
+                                   f"tf.Module with a tf.function __call__, tf.function or ConcreteFunction")
+    for i, s in enumerate(specs):
+        np_dtype_name(s.dtype, f"input {i} ({getattr(s, 'name', None) or 'unnamed'})")
+    frozen = convert_variables_to_constants_v2(cf)
+    return Traced(frozen, specs, cf.structured_outputs)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def import_model(model: Any, example_inputs: Any = None, *, name: str | None = None) -> Graph:
+    """Trace and translate a TF model into an IR graph (inference semantics, variables frozen)."""
+    traced = concrete_function(model, example_inputs)
+    graph_name = name or getattr(model, "name", None) or getattr(model, "__name__", None) or "tf_model"
+    return GraphImporter(traced, str(graph_name)).run()
+
+
+# ------------------------------------------------------------------------------------------ the walker
+@dataclass
+class Entry:
+    """The IR value standing for one TF tensor; nchw: the value is the tensor transposed to channels-first."""
+
+    value: Value
+    nchw: bool = False
+
+
+class GraphImporter:
+    """Walks a frozen FuncGraph in topological order and builds the IR."""
+
+    def __init__(self, traced: Traced, name: str):
+        self.traced = traced
+        self.tfgraph = traced.frozen.graph
+        self.g = Graph(name)
+        self.env: dict[str, Entry] = {}
+        self.sym: dict[str, Any] = {}  # symbolic values of small int tensors (shape arithmetic)
+        self._transposes: dict[tuple[int, tuple], Value] = {}
+        self._n_sym = 0
+
+    # -- driver --------------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        tfm = tf()
+        frozen = self.traced.frozen
+        g = self.g
+        placeholders = [t for t in frozen.inputs if t.dtype != tfm.resource]
+        for i, (t, spec) in enumerate(zip(placeholders, self.traced.specs)):
+            dtype = np_dtype_name(t.dtype, f"input {t.op.name}")
+            shape = tf_shape(t.shape)
+            if shape is not None:
+                shape = tuple(d if d is not None else ("N" if k == 0 else f"{_clean(t.op.name)}_{k}")
+                              for k, d in enumerate(shape))
+            v = g.add_input(_clean(t.op.name), dtype, shape)
+            self.env[t.name] = Entry(v)
+        needed = self._reachable(frozen.outputs)
+        for tfop in self.tfgraph.get_operations():
+            if tfop.name not in needed or tfop.type == "Placeholder":
+                continue
+            self._translate(tfop)
+        for i, t in enumerate(frozen.outputs):
+            if t.name not in self.env:
+                raise UnsupportedError(f"output {i} ({t.name}) of the TF graph was not translated")
+            g.add_output(self.plain(t))
+        g.meta["tf_signature"] = [(v.name, tf_shape(s.shape), s.dtype.name) for v, s in zip(g.inputs,
+                                                                                          self.traced.specs)]
+        g.meta["tf_output_structure"] = self.traced.output_structure
+        g.meta["framework"] = "tf"
+        _dead_code(g)
+        g.remove_unused_initializers()
+        g.verify()
+        return g
+
+    def _reachable(self, outputs) -> set[str]:
+        seen: set[str] = set()
+        stack = [t.op for t in outputs]
+        while stack:
+            o = stack.pop()
+            if o.name in seen:
+                continue
+            seen.add(o.name)
+            stack.extend(t.op for t in o.inputs)
+        return seen
+
+    def _translate(self, tfop) -> None:
+        for k, t in enumerate(tfop.outputs):
+            np_dtype_name(t.dtype, f"TF node {tfop.name} ({tfop.type}) output {k}")
+        sym = _symbolic(self, tfop)
+        if sym is not None:
+            self.sym[tfop.outputs[0].name] = sym
+        handler = _HANDLERS.get(tfop.type)
+        entries = None
+        if handler is not None:
+            try:
+                entries = handler(self, tfop)
+            except _Untranslatable:
+                entries = None
+        if entries is None:
+            entries = self.opaque(tfop)
+        for t, e in zip(tfop.outputs, entries):
+            if e is None:  # an output the translation drops because nothing reads it
+                continue
+            self._merge_type(e, t)
+            self.env[t.name] = e
+
+    # -- values and layouts ---------------------------------------------------------------------------
+    def entry(self, t) -> Entry:
+        try:
+            return self.env[t.name]
+        except KeyError:
+            raise UnsupportedError(f"TF tensor {t.name} is read before it is defined") from None
+
+    def const(self, t) -> np.ndarray | None:
+        """The constant value of a TF tensor (in TF layout), None when it is not constant."""
+        e = self.env.get(t.name)
+        if e is None or e.value.const is None:
+            return None
+        return np.transpose(e.value.const, TO_NHWC) if e.nchw else e.value.const
+
+    def need_const(self, t, what: str) -> np.ndarray:
+        c = self.const(t)
+        if c is None:
+            raise _Untranslatable(what)
+        return c
+
+    def plain(self, t) -> Value:
+        """The IR value of `t` in TF layout."""
+        e = self.entry(t)
+        return self.transpose(e.value, TO_NHWC) if e.nchw else e.value
+
+    def nchw(self, t) -> Value:
+        """The IR value of the rank-4 tensor `t` in NCHW."""
+        e = self.entry(t)
+        if e.nchw:
+            return e.value
+        if e.value.shape is None or len(e.value.shape) != 4:
+            raise _Untranslatable(f"{t.name} is not rank 4")
+        return self.transpose(e.value, TO_NCHW)
+
+    def transpose(self, v: Value, perm) -> Value:
+        perm = tuple(int(p) for p in perm)
+        if perm == tuple(range(len(perm))):
+            return v
+        if v.const is not None:
+            return self.g.add_initializer(v.name + "_t", np.ascontiguousarray(np.transpose(v.const, perm)))
+        key = (id(v), perm)
+        if key not in self._transposes:
+            self._transposes[key] = self.g.op("Transpose", v, perm=list(perm), name=v.name + "_transpose")
+        return self._transposes[key]
+
+    def init(self, array: Any, name: str) -> Value:
+        return self.g.add_initializer(_clean(name), np.asarray(array))
+
+    def ints(self, values, name: str) -> Value:
+        return self.init(np.asarray(values, dtype=np.int64), name)
+
+    def emit(self, op: str, inputs, attrs: dict | None = None, *, name: str, outputs: int = 1,
+             domain: str = "") -> list[Value]:
+        """Add an IR node; constant-fold it at once when every input is a constant."""
+        node = self.g.add_node(op, list(inputs), attrs or {}, domain=domain, name=_clean(name), outputs=outputs)
+        present = [v for v in node.inputs if v is not None]
+        if node.schema is not None and present and all(v.const is not None for v in present):
+            results = node.schema.run(node, [None if v is None else v.const for v in node.inputs])
+            outs = list(node.outputs)
+            consts = [self.init(r, o.name + "_c") for o, r in zip(outs, results)]
+            for o, c in zip(outs, consts):
+                o.replace_all_uses_with(c)
+            self.g.erase(node)
+            return consts
+        return list(node.outputs)
+
+    def emit1(self, op: str, inputs, attrs: dict | None = None, *, name: str) -> Value:
+        return self.emit(op, inputs, attrs, name=name)[0]
+
+    def _merge_type(self, e: Entry, t) -> None:
+        """Fill dims the IR inference left unknown from TF's static shape."""
+        v = e.value
+        if v.const is not None:
+            return
+        shape = tf_shape(t.shape)
+        if shape is not None and e.nchw and len(shape) == 4:
+            shape = tuple(shape[p] for p in TO_NCHW)
+        dtype = np_dtype_name(t.dtype, t.name)
+        if v.type is None or v.shape is None:
+            v.type = TensorType(v.dtype or dtype, shape)
+            return
+        if shape is None or len(shape) != len(v.shape):
+            return
+        merged = tuple(d if isinstance(d, int) else (s if isinstance(s, int) else d) for d, s in zip(v.shape, shape))
+        v.type = TensorType(v.dtype or dtype, merged)
+
+    def rank(self, t) -> int | None:
+        s = tf_shape(t.shape)
+        return None if s is None else len(s)
+
+    def static_shape(self, t) -> tuple | None:
+        """Shape of `t` in TF layout, merging TF's static shape with the IR's."""
+        s = tf_shape(t.shape)
+        e = self.env.get(t.name)
+        ir = None
+        if e is not None and e.value.shape is not None:
+            ir = e.value.shape
+            if e.nchw and len(ir) == 4:
+                ir = tuple(ir[p] for p in TO_NHWC)
+        if s is None:
+            return ir
+        if ir is None or len(ir) != len(s):
+            return s
+        return tuple(a if a is not None else b for a, b in zip(s, ir))
+
+    def new_symbol(self) -> str:
+        self._n_sym += 1
+        return f"s{self._n_sym}"
+
+    # -- opaque nodes ---------------------------------------------------------------------------------
+    def opaque(self, tfop) -> list[Entry]:
+        """Keep a TF op as it is: its NodeDef travels in the attrs; its kernel runs it eagerly."""
+        nd = _strip_node_def(tfop.node_def)
+        inputs = [self.plain(t) for t in tfop.inputs]
+        types = [TensorType(np_dtype_name(t.dtype, t.name), tf_shape(t.shape)) for t in tfop.outputs]
+        in_dtypes = [t.dtype.as_datatype_enum for t in tfop.inputs]
+        node = self.g.add_node(tfop.type, inputs, {"tf_op": tfop.type,
+                                                   "node_def": base64.b64encode(nd.SerializeToString()).decode()},
+                               domain="tf", name=_clean(tfop.name), outputs=len(tfop.outputs), output_types=types)
+        node.meta["node_def"] = nd
+        node.meta["kernel"] = _eager_kernel(nd, in_dtypes, len(tfop.outputs))
+        return [Entry(v) for v in node.outputs]
+
+
+class _Untranslatable(Exception):
+    """A handler met a form it does not translate (the op becomes opaque)."""
+
+
+def _clean(name: str) -> str:
+    return name.replace(":", "_")
+
+
+def _dead_code(g: Graph) -> None:
+    """Erase nodes nobody reads (the shape arithmetic a constant Reshape target replaced)."""
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(g.nodes):
+            if all(not v.uses and not v.is_graph_output for v in node.outputs):
+                g.erase(node)
+                changed = True
+
+
+# ------------------------------------------------------------------------------------------ NodeDef helpers
+def _strip_node_def(nd):
+    """A copy of a NodeDef without control inputs and device, inputs renamed to in0, in1, ..."""
+    tfm = tf()
+    out = tfm.compat.v1.NodeDef()
+    out.CopyFrom(nd)
+    data_inputs = [i for i in out.input if not i.startswith("^")]
+    del out.input[:]
+    out.input.extend(f"in{k}" for k in range(len(data_inputs)))
+    out.device = ""
+    for key in [k for k in out.attr if k.startswith("_")]:
+        del out.attr[key]
+    return out
+
+
+def node_def_graph(nd, in_dtypes: list[int]):
+    """A GraphDef holding placeholders in0.. and the NodeDef, for import_graph_def."""
+    tfm = tf()
+    gd = tfm.compat.v1.GraphDef()
+    for k, dt in enumerate(in_dtypes):
+        ph = gd.node.add()
+        ph.name = f"in{k}"
+        ph.op = "Placeholder"
+        ph.attr["dtype"].type = dt
+    gd.node.add().CopyFrom(nd)
+    return gd
+
+
+def rebuild_node(nd, in_dtypes: list[int], inputs: list, n_out: int) -> list:
+    """Recreate a NodeDef in the current (function) graph, reading `inputs`; returns its outputs."""
+    tfm = tf()
+    gd = node_def_graph(nd, in_dtypes)
+    names = [f"{nd.name}:{k}" for k in range(n_out)]
+    outs = tfm.graph_util.import_graph_def(gd, input_map={f"in{k}": x for k, x in enumerate(inputs)},
+                                           return_elements=names, name="aiacc_opaque")
+    return list(outs)
+
+
+def _eager_kernel(nd, in_dtypes: list[int], n_out: int) -> Callable:
+    cache: dict = {}
+
+    def kernel(*arrays):
+        tfm = tf()
+        key = tuple((a.dtype.str, a.shape) for a in arrays)
+        fn = cache.get(key)
+        if fn is None:
+            specs = [tfm.TensorSpec(a.shape, tfm.as_dtype(a.dtype)) for a in arrays]
+            fn = tfm.function(lambda *xs: rebuild_node(nd, in_dtypes, list(xs), n_out)).get_concrete_function(*specs)
+            cache[key] = fn
+        try:
+            outs = fn(*[tfm.constant(a) for a in arrays])
+        except Exception as e:  # a TF runtime error inside the opaque op
+            raise KernelError(f"TF op {nd.name} ({nd.op}) failed: {_first_line(e)}") from e
+        return [o.numpy() for o in outs]
+
+    return kernel
+
+
+# ------------------------------------------------------------------------------------------ symbolic shapes
+def _product(xs):
+    out: Any = 1
+    for x in xs:
+        if isinstance(out, int) and isinstance(x, int):
+            out *= x
+        else:
+            out = f"{out}*{x}" if out != 1 else x
+    return out
+
+
+def _symbolic(imp: GraphImporter, tfop) -> Any:
+    """Symbolic value of a small integer tensor (list of int/str for rank 1, int/str for scalars)."""
+    if not tfop.outputs or not tfop.outputs[0].dtype.is_integer:
+        return None
+    ins = [imp.sym.get(t.name) for t in tfop.inputs]
+    typ = tfop.type
+    try:
+        if typ == "Const":
+            v = tf().make_ndarray(tfop.get_attr("value"))
+            if v.ndim <= 1 and v.size <= 64:
+                return v.tolist()
+            return None
+        if typ == "Shape":
+            s = imp.static_shape(tfop.inputs[0])
+            if s is None:
+                return None
+            return [d if d is not None else imp.new_symbol() for d in s]
+        if typ in ("Identity", "Cast", "StopGradient") and ins and ins[0] is not None:
+            return ins[0]
+        if typ == "StridedSlice" and isinstance(ins[0], list) and all(isinstance(x, list) for x in ins[1:]):
+            if any(tfop.get_attr(k) for k in ("ellipsis_mask", "new_axis_mask")):
+                return None
+            (b,), (e,), (s,) = ins[1], ins[2], ins[3]
+            if not all(isinstance(x, int) for x in (b, e, s)):
+                return None
+            b = None if tfop.get_attr("begin_mask") & 1 else b
+            e = None if tfop.get_attr("end_mask") & 1 else e
+            if tfop.get_attr("shrink_axis_mask") & 1:
+                return ins[0][b]
+            return ins[0][b:e:s]
+        if typ == "GatherV2" and isinstance(ins[0], list) and ins[1] is not None and ins[2] in (0, [0]):
+            idx = ins[1]
+            if isinstance(idx, list):
+                return [ins[0][i] for i in idx]
+            return ins[0][idx]
+        if typ == "Pack" and all(x is not None and not isinstance(x, list) for x in ins) and tfop.get_attr("axis") == 0:
+            return list(ins)
+        if typ == "ConcatV2" and all(isinstance(x, list) for x in ins[:-1]):
+            return [d for x in ins[:-1] for d in x]
+        if typ == "Prod" and isinstance(ins[0], list) and ins[1] in (0, [0]) and not tfop.get_attr("keep_dims"):
+            return _product(ins[0])
+        if typ == "Mul" and all(x is not None and not isinstance(x, list) for x in ins):
+            return _product(ins)
+    except (IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+# ------------------------------------------------------------------------------------------ handlers
+_HANDLERS: dict[str, Callable[[GraphImporter, Any], list[Entry] | None]] = {}
+
+
+def handles(*types: str):
+    def wrap(fn):
+        for t in types:
+            _HANDLERS[t] = fn
+        return fn
+
+    return wrap
+
+
+from aiacc.plugins.tf import import_ops  # noqa: E402,F401  (registers the handlers)
