@@ -382,14 +382,39 @@ def _node_proto(node: Node) -> onnx.NodeProto:
     return p
 
 
+def decompose_fused(graph: Graph) -> tuple[Graph, int]:
+    """A copy of `graph` with every aiacc fused op that has a decomposition rewritten into standard ops
+    (the graph itself when there is none); returns (graph, number decomposed)."""
+    fused = [n for n in graph if n.domain == "aiacc"]
+    if not fused:
+        return graph, 0
+    try:
+        from aiacc.core.ops.fused import decompose
+    except ImportError:
+        return graph, 0
+    g = graph.copy()
+    count = 0
+    for n in list(g):
+        if n.domain == "aiacc":
+            try:
+                decompose(n, g)
+                count += 1
+            except AiaccError:
+                pass  # no decomposition: exported in the aiacc domain
+    return g, count
+
+
 def to_onnx(graph: Graph, *, opset: int | None = None, producer: str = "aiacc",
-            value_info: bool = True) -> onnx.ModelProto:
+            value_info: bool = True, keep_fused: bool = False) -> onnx.ModelProto:
     """Write a Graph as an ONNX ModelProto.
 
     The default-domain opset is at least 18 (the form the registry follows) or higher where an op needs it
-    (Gelu: 20). Nodes of other domains (e.g. aiacc's fused ops) keep their domain, and the domain is
-    imported at the version recorded in graph.opset_imports (1 if none).
+    (Gelu: 20). aiacc's fused ops are written as their decomposition into standard ops (so any ONNX runtime
+    can run the model) unless `keep_fused`; fused ops without a decomposition and other domains keep their
+    domain, imported at the version recorded in graph.opset_imports (1 if none).
     """
+    if not keep_fused:
+        graph, _ = decompose_fused(graph)
     imports = dict(graph.opset_imports)
     default = max(imports.get("", 17), MIN_EXPORT_OPSET)
     for n in graph:

@@ -48,7 +48,16 @@ def infer_flatten(ctx: InferContext):
     if not -len(s) <= axis <= len(s):
         raise ctx.fail(f"axis {axis} is out of range for rank {len(s)}")
     axis = axis + len(s) if axis < 0 else axis
-    return [TensorType(ctx.dtype(0), (numel(s[:axis]) if axis else 1, numel(s[axis:])))]
+    return [TensorType(ctx.dtype(0), (_product(s[:axis]), _product(s[axis:])))]
+
+
+def _product(dims):
+    """Product of dims; a lone symbol times ones stays that symbol (Flatten of [N, 2048, 1, 1] is [N, 2048])."""
+    n = numel(dims)
+    if n is not None:
+        return n
+    rest = [d for d in dims if d != 1]
+    return rest[0] if len(rest) == 1 and isinstance(rest[0], str) else None
 
 
 @op("Flatten", attrs={"axis": ("int", 1)}, infer=infer_flatten)

@@ -1,0 +1,391 @@
+"""The `aiacc` command.
+
+    aiacc example resnet50 -o model.onnx          write a bundled example model (resnet50, bert)
+    aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs
+    aiacc dump model.onnx --format text|json|dot -o FILE
+    aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
+
+Model files are recognised by their name: .onnx (here), an aiacc graph (.json + .npz, or text .aiacc + .npz);
+other frameworks go to their plugin's `aiacc.plugins.<fw>.files` module: torch (.pt2 or `pkg.module:factory`),
+tf (SavedModel directory or .keras), mxnet (-symbol.json), caffe (.prototxt).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from aiacc.errors import AiaccError, UnsupportedError
+
+PLUGIN_HINTS = {"torch": "pip install 'aiacc[torch]'", "tf": "pip install 'aiacc[tf]'",
+                "mxnet": "pip install 'aiacc[mxnet]'", "caffe": "pip install 'aiacc[caffe]'"}
+
+
+# ------------------------------------------------------------------------------------------------ formats
+def detect_format(path: str) -> str:
+    """One of onnx, aiacc-json, aiacc-text, torch, tf, mxnet, caffe; UnsupportedError otherwise."""
+    p = os.fspath(path)
+    low = p.lower()
+    if os.path.isdir(p):
+        if os.path.exists(os.path.join(p, "saved_model.pb")):
+            return "tf"
+        raise UnsupportedError(f"{p}: a directory that is not a TensorFlow SavedModel (no saved_model.pb)")
+    if low.endswith(".onnx"):
+        return "onnx"
+    if low.endswith("-symbol.json"):
+        return "mxnet"
+    if low.endswith(".json"):
+        return "aiacc-json"
+    if low.endswith(".aiacc"):
+        return "aiacc-text"
+    if low.endswith(".pt2"):
+        return "torch"
+    if low.endswith(".keras"):
+        return "tf"
+    if low.endswith(".prototxt"):
+        return "caffe"
+    if ":" in p and not os.path.exists(p) and all(part.isidentifier() for part in p.split(":", 1)[0].split(".")):
+        return "torch"  # pkg.module:factory
+    raise UnsupportedError(f"{p}: unknown model format (expected .onnx, .json/.aiacc (aiacc graph), .pt2 or "
+                           f"pkg.module:factory (torch), SavedModel dir or .keras (tf), -symbol.json (mxnet), "
+                           f".prototxt (caffe))")
+
+
+def plugin_files(fw: str):
+    """The plugin's files module, or a clear error when it is missing or its framework is not installed."""
+    name = f"aiacc.plugins.{fw}.files"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if missing.startswith("aiacc"):
+            raise UnsupportedError(f"reading {fw} models needs {name}, which this aiacc does not have") from e
+        raise UnsupportedError(f"reading {fw} models needs the {missing!r} package ({PLUGIN_HINTS.get(fw, '')})") \
+            from e
+
+
+def load_graph(path: str, **kw: Any):
+    """Read any supported model file into an aiacc Graph."""
+    fmt = detect_format(path)
+    if fmt == "onnx":
+        from aiacc.core.onnx import load
+
+        return load(path)
+    if fmt == "aiacc-json":
+        from aiacc.core.serialize import load
+
+        return load(path)
+    if fmt == "aiacc-text":
+        return load_text(path)
+    mod = plugin_files(fmt)
+    if not hasattr(mod, "load_graph"):
+        raise UnsupportedError(f"aiacc.plugins.{fmt}.files has no load_graph()")
+    return mod.load_graph(path, **kw)
+
+
+def load_text(path: str):
+    """Text form + weights side file (.npz next to it)."""
+    import numpy as np
+
+    from aiacc.core.serialize import weights_path
+    from aiacc.core.text import parse
+
+    with open(path) as f:
+        text = f.read()
+    weights = {}
+    if os.path.exists(weights_path(path)):
+        with np.load(weights_path(path), allow_pickle=False) as z:
+            weights = {k: z[k] for k in z.files}
+    return parse(text, weights)
+
+
+def save_graph(graph, out: str) -> None:
+    """Write a Graph as .onnx, aiacc .json (+ .npz) or text .aiacc (+ .npz)."""
+    low = out.lower()
+    if low.endswith(".onnx"):
+        from aiacc.core.onnx import save
+
+        save(graph, out)
+    elif low.endswith(".json"):
+        from aiacc.core.serialize import save
+
+        save(graph, out)
+    elif low.endswith(".aiacc") or low.endswith(".txt"):
+        write_text(graph, out)
+    else:
+        raise UnsupportedError(f"{out}: write .onnx, .json or .aiacc")
+
+
+def write_text(graph, out: str) -> str:
+    import numpy as np
+
+    from aiacc.core.serialize import weights_path
+    from aiacc.core.text import INLINE_CONST_LIMIT
+
+    with open(out, "w") as f:
+        f.write(str(graph))
+    big = {name: v.const for name, v in graph.initializers.items() if v.const.size > INLINE_CONST_LIMIT}
+    np.savez(weights_path(out), **big)
+    return weights_path(out)
+
+
+def _passes():
+    try:
+        from aiacc.core import passes
+    except ImportError as e:
+        raise UnsupportedError(f"optimizing needs aiacc.core.passes ({e})") from e
+    return passes
+
+
+def optimize_graph(graph, *, level: int = 2, passes=None, disable=None, debug: bool = False, mode: str = "inference"):
+    """Run the pass pipeline in place; returns the pass report."""
+    return _passes().run_passes(graph, level=level, passes=passes, disable=disable, debug=debug, mode=mode)
+
+
+def optimize_file(path: str, out: str, **opts: Any):
+    """Optimize a model file into `out`: ONNX and aiacc graphs here, other formats through their plugin."""
+    fmt = detect_format(path)
+    if fmt in ("onnx", "aiacc-json", "aiacc-text"):
+        graph = load_graph(path)
+        report = optimize_graph(graph, **opts)
+        graph.verify()
+        save_graph(graph, out)
+        return report
+    mod = plugin_files(fmt)
+    if not hasattr(mod, "optimize_file"):
+        raise UnsupportedError(f"aiacc.plugins.{fmt}.files has no optimize_file()")
+    return mod.optimize_file(path, out, **opts)
+
+
+# ------------------------------------------------------------------------------------------------ printing
+def _console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 132)
+
+
+def _shape(t) -> str:
+    from aiacc.core.text import format_type
+
+    return format_type(t)
+
+
+def _summary_tables(graph, stats, title: str):
+    from rich.table import Table
+
+    from aiacc.core.stats import format_bytes, format_count
+
+    io = Table(title=f"{title}: inputs and outputs")
+    for col in ("", "name", "type"):
+        io.add_column(col)
+    for v in graph.inputs:
+        io.add_row("input", v.name, _shape(v.type))
+    for v in graph.outputs:
+        io.add_row("output", v.name, _shape(v.type))
+    summary = Table(title=f"{title}: summary")
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    bind = ", ".join(f"{k}={v}" for k, v in stats.bind.items())
+    summary.add_row("nodes", str(stats.nodes))
+    summary.add_row("parameters", f"{stats.parameters:,} ({format_count(stats.parameters)})")
+    summary.add_row("constant bytes", format_bytes(stats.constant_bytes))
+    summary.add_row("FLOPs" + (f" ({bind})" if bind else ""), f"{stats.flops:,} ({format_count(stats.flops)})")
+    if stats.unknown_flops_nodes:
+        summary.add_row("nodes without a FLOP estimate", str(len(stats.unknown_flops_nodes)))
+    hist = Table(title=f"{title}: operators")
+    hist.add_column("op")
+    hist.add_column("count", justify="right")
+    hist.add_column("FLOPs", justify="right")
+    for op, n in stats.op_histogram.items():
+        f = stats.flops_by_op.get(op)
+        hist.add_row(op, str(n), format_count(f) if f else "-")
+    return io, summary, hist
+
+
+def _parse_bind(items: Sequence[str] | None) -> dict[str, int]:
+    out = {}
+    for item in items or ():
+        key, sep, val = item.partition("=")
+        if not sep or not val.strip().lstrip("-").isdigit():
+            raise UnsupportedError(f"--bind expects SYMBOL=INT, got {item!r}")
+        out[key.strip()] = int(val)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def _graph_for(args):
+    if getattr(args, "example", None):
+        from aiacc.core.onnx import from_onnx
+        from aiacc.examples import EXAMPLES
+
+        if args.example not in EXAMPLES:
+            raise UnsupportedError(f"unknown example {args.example!r} (known: {', '.join(sorted(EXAMPLES))})")
+        return from_onnx(EXAMPLES[args.example](None)), f"example {args.example}"
+    if not args.model:
+        raise UnsupportedError("give a MODEL file or --example NAME")
+    if detect_format(args.model) not in ("torch",) and not os.path.exists(args.model):
+        raise UnsupportedError(f"{args.model}: no such file or directory")
+    return load_graph(args.model), args.model
+
+
+def cmd_inspect(args) -> int:
+    from aiacc.core.stats import graph_stats
+
+    graph, title = _graph_for(args)
+    bind = _parse_bind(args.bind)
+    stats = graph_stats(graph, bind)
+    if args.optimize:
+        after = graph.copy()
+        report = optimize_graph(after, level=args.level)
+        stats_after = graph_stats(after, bind)
+    if args.json:
+        doc = {"model": title, "inputs": [{"name": v.name, "type": _shape(v.type)} for v in graph.inputs],
+               "outputs": [{"name": v.name, "type": _shape(v.type)} for v in graph.outputs], **stats.as_dict()}
+        if args.optimize:
+            doc["optimized"] = stats_after.as_dict()
+            doc["passes"] = report.as_dict()
+        print(json.dumps(doc, indent=1, default=str))
+        return 0
+    console = _console()
+    for t in _summary_tables(graph, stats, title):
+        console.print(t)
+    if args.optimize:
+        from rich.table import Table
+
+        from aiacc.core.stats import format_bytes, format_count
+
+        console.print(report.table())
+        cmp = Table(title=f"{title}: before and after optimization (level {args.level})")
+        for col in ("", "before", "after"):
+            cmp.add_column(col, justify="right" if col else "left")
+        cmp.add_row("nodes", str(stats.nodes), str(stats_after.nodes))
+        cmp.add_row("parameters", format_count(stats.parameters), format_count(stats_after.parameters))
+        cmp.add_row("constant bytes", format_bytes(stats.constant_bytes), format_bytes(stats_after.constant_bytes))
+        cmp.add_row("FLOPs", format_count(stats.flops), format_count(stats_after.flops))
+        ops = sorted(set(stats.op_histogram) | set(stats_after.op_histogram))
+        for op in ops:
+            a, b = stats.op_histogram.get(op, 0), stats_after.op_histogram.get(op, 0)
+            if a != b:
+                cmp.add_row(op, str(a), str(b))
+        console.print(cmp)
+    return 0
+
+
+def cmd_dump(args) -> int:
+    graph, _ = _graph_for(args)
+    fmt = args.format
+    out = args.output
+    if fmt == "text":
+        if out in (None, "-"):
+            sys.stdout.write(str(graph))
+        else:
+            write_text(graph, out)
+    elif fmt == "json":
+        from aiacc.core.serialize import save, to_dict
+
+        if out in (None, "-"):
+            print(json.dumps(to_dict(graph)[0], indent=1))
+        else:
+            save(graph, out)
+    elif fmt == "dot":
+        from aiacc.core.dot import to_dot
+
+        text = to_dot(graph)
+        if out in (None, "-"):
+            sys.stdout.write(text)
+        else:
+            with open(out, "w") as f:
+                f.write(text)
+    elif fmt == "onnx":
+        if out in (None, "-"):
+            raise UnsupportedError("--format onnx needs -o FILE")
+        from aiacc.core.onnx import save
+
+        save(graph, out)
+    return 0
+
+
+def cmd_optimize(args) -> int:
+    opts: dict[str, Any] = {"level": args.level}
+    if args.passes:
+        opts["passes"] = args.passes
+    if args.disable:
+        opts["disable"] = args.disable
+    if args.debug:
+        opts["debug"] = True
+    report = optimize_file(args.model, args.output, **opts)
+    if report is not None and hasattr(report, "table") and not args.quiet:
+        _console().print(report.table())
+    return 0
+
+
+def cmd_example(args) -> int:
+    from aiacc.examples import write_example
+
+    kw = {}
+    if args.image_size and args.name == "resnet50":
+        kw["image_size"] = args.image_size
+    write_example(args.name, args.output, **kw)
+    print(f"wrote example {args.name} to {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from aiacc import __version__
+
+    p = argparse.ArgumentParser(prog="aiacc", description="aiacc: one graph optimizer for PyTorch, TensorFlow, "
+                                                          "MXNet and Caffe models")
+    p.add_argument("--version", action="version", version=f"aiacc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("inspect", help="summarize a model: inputs/outputs, ops, parameters, FLOPs")
+    s.add_argument("model", nargs="?")
+    s.add_argument("--example", help="inspect a bundled example (resnet50, bert) instead of a file")
+    s.add_argument("--bind", action="append", metavar="SYM=INT", help="size of a symbolic dimension for FLOPs")
+    s.add_argument("--optimize", action="store_true", help="also optimize and compare before/after")
+    s.add_argument("--level", type=int, default=2)
+    s.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    s.set_defaults(fn=cmd_inspect)
+
+    s = sub.add_parser("dump", help="write the graph as text, JSON (+ .npz weights), DOT or ONNX")
+    s.add_argument("model", nargs="?")
+    s.add_argument("--example")
+    s.add_argument("--format", choices=("text", "json", "dot", "onnx"), default="text")
+    s.add_argument("-o", "--output", default="-")
+    s.set_defaults(fn=cmd_dump)
+
+    s = sub.add_parser("optimize", help="optimize a model file")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--level", type=int, default=2)
+    s.add_argument("--passes", help="comma-separated passes to run (instead of the level's pipeline)")
+    s.add_argument("--disable", help="comma-separated passes to skip")
+    s.add_argument("--debug", action="store_true", help="verify the graph and numerics after every pass")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(fn=cmd_optimize)
+
+    s = sub.add_parser("example", help="write a bundled example model (random weights, fixed seed)")
+    s.add_argument("name", choices=("resnet50", "bert"))
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--image-size", type=int, default=None)
+    s.set_defaults(fn=cmd_example)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except AiaccError as e:
+        print(f"aiacc: error: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"aiacc: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
