@@ -159,7 +159,7 @@ def pipeline(level: int = 2, mode: str = "inference") -> list[Pass]:
     out = []
     for n in PIPELINE:
         p = _PASSES.get(n)
-        if p is not None and p.level <= level and p.applies(mode):
+        if p is not None and p.level <= level and p.applies(mode) and not (out and out[-1] is p):
             out.append(p)
     return out
 
@@ -335,9 +335,11 @@ def compare(expected: list[np.ndarray], actual: list[np.ndarray], rtol: float, a
         if e.dtype.kind in "fc":
             if not e.size:
                 continue
-            both_nan = np.isnan(e) & np.isnan(a)
-            scale = max(float(np.nanmax(np.abs(e))) if np.isfinite(e).any() else 0.0, 1e-30)
-            diff = np.where(both_nan, 0.0, np.abs(e.astype(np.float64) - a.astype(np.float64)))
+            same = (np.isnan(e) & np.isnan(a)) | (e == a)  # equal infinities and NaNs agree
+            finite = np.isfinite(e)
+            scale = max(float(np.max(np.abs(e[finite]))) if finite.any() else 0.0, 1e-30)
+            with np.errstate(invalid="ignore"):
+                diff = np.where(same, 0.0, np.abs(e.astype(np.float64) - a.astype(np.float64)))
             err = float(np.max(diff))
             if not np.isfinite(err) or err > atol + rtol * scale:
                 return f"output {i} differs by {err:.3g} (max |expected| {scale:.3g}, rtol={rtol}, atol={atol})"
@@ -468,6 +470,8 @@ def run_passes(graph: Graph, *, level: int = 2, passes: Any = None, disable: Any
         chosen = []
         for item in (passes if not isinstance(passes, str) else _names(passes)):
             p = item if isinstance(item, Pass) else get_pass(str(item))
+            if not p.applies(mode):
+                raise AiaccError(f"pass {p.name} does not apply in {mode} mode (it runs in: {', '.join(p.modes)})")
             if p.name not in skip:
                 chosen.append(p)
     else:

@@ -548,4 +548,7 @@ class RewritePass(Pass):
         return self._doc or (type(self).__doc__ or "").strip()
 
     def run(self, graph: Graph, ctx: PassContext) -> int:
-        return self.rules.run(graph, ctx)
+        n = self.rules.run(graph, ctx)
+        if n:
+            graph.remove_unused_initializers()  # constants the rewrites replaced (e.g. unfolded weights)
+        return n

@@ -1,0 +1,122 @@
+import numpy as np
+import pytest
+
+from aiacc.core import Graph, parse
+from aiacc.core.passes import run_passes
+from aiacc.core.passes.batchnorm_folding import RULE
+from aiacc.errors import AiaccError
+from tests.core.passes.helpers import check_pass, ops
+
+P = ["batchnorm_folding"]
+rng = np.random.default_rng(0)
+
+
+def bn_weights(c, prefix="bn"):
+    return {f"{prefix}_s": rng.uniform(0.5, 1.5, c).astype(np.float32),
+            f"{prefix}_b": rng.standard_normal(c).astype(np.float32),
+            f"{prefix}_m": rng.standard_normal(c).astype(np.float32),
+            f"{prefix}_v": rng.uniform(0.5, 2.0, c).astype(np.float32)}
+
+
+CONV_BN = """graph g(%x: float32[N,3,6,6]) {
+  %w: float32[4,3,3,3] = const
+  %cb: float32[4] = const
+  %bn_s: float32[4] = const
+  %bn_b: float32[4] = const
+  %bn_m: float32[4] = const
+  %bn_v: float32[4] = const
+  %c: float32[N,4,6,6] = Conv<conv>(%x, %w, %cb) {pads=[1,1,1,1]}
+  %y: float32[N,4,6,6] = BatchNormalization<bn>(%c, %bn_s, %bn_b, %bn_m, %bn_v) {epsilon=0.001}
+  return %y
+}"""
+
+
+def conv_bn_weights():
+    return {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+            "cb": rng.standard_normal(4).astype(np.float32), **bn_weights(4)}
+
+
+def test_conv_bn_folds():
+    g = parse(CONV_BN, conv_bn_weights())
+    report = check_pass(g, P)
+    assert ops(g) == ["Conv"] and g.outputs[0].name == "y"
+    assert report["batchnorm_folding"].removed == 2 and report["batchnorm_folding"].const_bytes_saved > 0
+
+
+def test_conv_without_bias_and_grouped_convtranspose():
+    g = parse("""graph g(%x: float32[2,4,5,5]) {
+      %w: float32[4,3,2,2] = const
+      %bn_s: float32[6] = const
+      %bn_b: float32[6] = const
+      %bn_m: float32[6] = const
+      %bn_v: float32[6] = const
+      %c: float32[2,6,10,10] = ConvTranspose<ct>(%x, %w) {group=2, strides=[2,2]}
+      %y: float32[2,6,10,10] = BatchNormalization<bn>(%c, %bn_s, %bn_b, %bn_m, %bn_v)
+      return %y
+    }""", {"w": rng.standard_normal((4, 3, 2, 2)).astype(np.float32), **bn_weights(6)})
+    check_pass(g, P)
+    assert ops(g) == ["ConvTranspose"]
+
+
+@pytest.mark.parametrize("transB", [0, 1])
+def test_gemm_and_matmul_bn_fold(transB):
+    wshape = "[5,3]" if transB else "[3,5]"
+    g = parse(f"""graph g(%x: float32[4,3]) {{
+      %w: float32{wshape} = const
+      %c: float32[5] = const
+      %w2: float32[5,5] = const
+      %bn_s: float32[5] = const
+      %bn_b: float32[5] = const
+      %bn_m: float32[5] = const
+      %bn_v: float32[5] = const
+      %g: float32[4,5] = Gemm<gemm>(%x, %w, %c) {{beta=0.5, transB={transB}}}
+      %y: float32[4,5] = BatchNormalization<bn>(%g, %bn_s, %bn_b, %bn_m, %bn_v)
+      %m: float32[4,5] = MatMul<mm>(%y, %w2)
+      %z: float32[4,5] = BatchNormalization<bn2>(%m, %bn_s, %bn_b, %bn_m, %bn_v)
+      return %z
+    }}""", {"w": rng.standard_normal((5, 3) if transB else (3, 5)).astype(np.float32),
+            "c": rng.standard_normal(5).astype(np.float32),
+            "w2": rng.standard_normal((5, 5)).astype(np.float32), **bn_weights(5)})
+    check_pass(g, P)
+    assert ops(g) == ["Gemm", "Gemm"]
+
+
+def test_training_mode_bn_does_not_fold():
+    g = parse(CONV_BN.replace("{epsilon=0.001}", "{epsilon=0.001, training_mode=1}"), conv_bn_weights())
+    assert "training mode" in RULE.explain(g, "bn")
+    run_passes(g, passes=P)
+    assert ops(g) == ["Conv", "BatchNormalization"]
+
+
+def test_training_pipeline_mode_skips_the_pass():
+    g = parse(CONV_BN, conv_bn_weights())
+    with pytest.raises(AiaccError, match="batchnorm_folding does not apply in training mode"):
+        run_passes(g, passes=P, mode="training")
+    report = run_passes(g, level=2, mode="training")
+    assert ops(g) == ["Conv", "BatchNormalization"]
+    assert "batchnorm_folding" not in [r.name for r in report.records]
+
+
+def test_conv_output_used_twice_does_not_fold():
+    text = CONV_BN.replace("return %y", "%z: float32[N,4,6,6] = Relu<r>(%c)\n  return %y, %z")
+    g = parse(text, conv_bn_weights())
+    assert "also used by Relu<r>" in RULE.explain(g, "bn")
+    run_passes(g, passes=P)
+    assert ops(g) == ["Conv", "BatchNormalization", "Relu"]
+
+
+def test_non_constant_weight_does_not_fold():
+    g = parse(CONV_BN.replace("graph g(%x: float32[N,3,6,6])", "graph g(%x: float32[N,3,6,6], %wx: float32[4,3,3,3])")
+              .replace("Conv<conv>(%x, %w, %cb)", "Conv<conv>(%x, %wx, %cb)"), conv_bn_weights())
+    assert "is not a constant" in RULE.explain(g, "bn")
+    run_passes(g, passes=P)
+    assert ops(g) == ["Conv", "BatchNormalization"]
+
+
+def test_rank3_matmul_does_not_fold():
+    g = Graph("g")
+    x = g.add_input("x", "float32", (2, 3, 4))
+    m = g.op("MatMul", x, g.add_initializer("w", rng.standard_normal((4, 3)).astype(np.float32)), name="mm")
+    params = [g.add_initializer(k, v) for k, v in bn_weights(3).items()]
+    g.add_output(g.op("BatchNormalization", m, *params, name="bn"))
+    assert "rank 3" in RULE.explain(g, "bn")
