@@ -504,6 +504,7 @@ class Graph:
             schema = node.schema
             if schema is not None:
                 schema.check_node(node)
+                _check_types(node)
         for v in self.outputs:
             if id(v) not in defined:
                 raise GraphError(f"graph output %{v.name} is dangling: nothing defines it")
@@ -573,6 +574,26 @@ class Graph:
 
     def constant_bytes(self) -> int:
         return int(sum(v.const.nbytes for v in self.initializers.values()))
+
+
+def _check_types(node: Node) -> None:
+    """Re-run shape inference: inputs that no longer fit the op raise (naming the node); recorded output
+    types must agree with the inferred ones wherever both are known."""
+    from aiacc.core.ops import infer_node
+    from aiacc.errors import ShapeError
+
+    for v, t in zip(node.outputs, infer_node(node)):
+        if t is None or v.type is None:
+            continue
+        if t.dtype and v.type.dtype and t.dtype != v.type.dtype:
+            raise ShapeError(f"node {node.name} ({node.qualified_op}): output %{v.name} is recorded as "
+                             f"{v.type.dtype} but the op computes {t.dtype}")
+        if t.shape is not None and v.type.shape is not None:
+            bad = len(t.shape) != len(v.type.shape) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(t.shape, v.type.shape))
+            if bad:
+                raise ShapeError(f"node {node.name} ({node.qualified_op}): output %{v.name} is recorded as "
+                                 f"{v.type} but its inputs give {t}")
 
 
 def topological_sort(graph: Graph) -> None:
