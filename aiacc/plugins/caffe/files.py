@@ -1,0 +1,54 @@
+"""Caffe files for the `aiacc` command: NAME.prototxt with NAME.caffemodel beside it (or `weights=`).
+
+    graph = load_graph("deploy.prototxt")                      # weights from deploy.caffemodel if present
+    optimize_file("deploy.prototxt", "out/fast.prototxt")      # out/fast.prototxt + out/fast.caffemodel
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from aiacc.core.ir import Graph
+
+
+def weights_path_for(prototxt: str) -> str | None:
+    """NAME.caffemodel beside NAME.prototxt, when it exists."""
+    base, _ = os.path.splitext(prototxt)
+    path = base + ".caffemodel"
+    return path if os.path.exists(path) else None
+
+
+def read_model(path: str, weights: str | None = None):
+    from aiacc.plugins.caffe.model import CaffeModel
+
+    return CaffeModel.load(path, weights or weights_path_for(path))
+
+
+def load_graph(path: str, *, weights: str | None = None, **_: Any) -> Graph:
+    """The IR graph of a .prototxt and its .caffemodel (beside it, or `weights=`)."""
+    return read_model(path, weights).graph.copy()
+
+
+def optimize_file(path: str, out: str, *, weights: str | None = None, level: int = 2, passes: Any = None,
+                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any) -> list[str]:
+    """Optimize a Caffe net and write OUT.prototxt and OUT.caffemodel; returns the written paths.
+
+    With verify, the original and the optimized net run on random inputs (reference executor) and must
+    agree within 1e-4 relative."""
+    from aiacc.plugins.caffe import optimize
+
+    model = read_model(path, weights)
+    example = None
+    if verify:
+        rng = np.random.default_rng(seed)
+        example = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in model.inputs.items()}
+    fast = optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
+    base, ext = os.path.splitext(out)
+    if ext not in (".prototxt", ".pt"):
+        base = out
+    os.makedirs(os.path.dirname(os.path.abspath(base)) or ".", exist_ok=True)
+    prototxt, caffemodel = base + ".prototxt", base + ".caffemodel"
+    fast.save(prototxt, caffemodel)
+    return [prototxt, caffemodel]

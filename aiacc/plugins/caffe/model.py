@@ -1,0 +1,162 @@
+"""`CaffeModel`: a Caffe net (structure and weights) as a Python object that aiacc can optimize.
+
+There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's own files (.prototxt and
+.caffemodel, via the protobuf schema in caffe.proto) and runs on aiacc's reference executor.
+
+    model = CaffeModel.load("deploy.prototxt", "weights.caffemodel")
+    outputs = model.forward(data=image)          # {output blob name: array}
+    fast = aiacc.optimize(model, {"data": image})
+    fast.save("fast.prototxt", "fast.caffemodel")
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from aiacc.errors import ShapeError
+from aiacc.plugins.caffe import caffe_pb2 as pb
+from aiacc.plugins.caffe.proto import (array_to_blob, merge_weights, parse_caffemodel, parse_prototxt,
+                                       read_caffemodel, read_prototxt, to_prototxt)
+
+
+class CaffeModel:
+    """A Caffe net: `net` is its NetParameter with the weights (blobs) inside the layers.
+
+    `outputs` names the blobs `forward` returns; by default the blobs no later layer reads (Caffe's net
+    outputs), in the order they were last written.
+    """
+
+    def __init__(self, net: pb.NetParameter, outputs: list[str] | None = None, *, source: str = "<net>",
+                 has_weights: bool = True):
+        self.net = net
+        self.source = source
+        self._outputs = list(outputs) if outputs is not None else None
+        self._has_weights = has_weights
+        self._graph = None
+
+    # -- files -------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, prototxt: str | os.PathLike, caffemodel: str | os.PathLike | None = None) -> "CaffeModel":
+        """Read a net from a .prototxt and, optionally, its weights from a .caffemodel."""
+        net = read_prototxt(prototxt)
+        if caffemodel is not None:
+            merge_weights(net, read_caffemodel(caffemodel))
+        return cls(net, source=os.fspath(prototxt), has_weights=caffemodel is not None)
+
+    @classmethod
+    def from_text(cls, prototxt: str, caffemodel: bytes | None = None, *, name: str = "<prototxt>") -> "CaffeModel":
+        """Build from prototxt text and, optionally, caffemodel bytes."""
+        net = parse_prototxt(prototxt, name)
+        if caffemodel is not None:
+            merge_weights(net, parse_caffemodel(caffemodel, name))
+        return cls(net, source=name, has_weights=caffemodel is not None)
+
+    def save(self, prototxt: str | os.PathLike, caffemodel: str | os.PathLike | None = None) -> None:
+        """Write the structure as text (prototxt) and the weights as a binary NetParameter (caffemodel)."""
+        with open(prototxt, "w", encoding="utf-8") as f:
+            f.write(self.to_prototxt())
+        if caffemodel is not None:
+            with open(caffemodel, "wb") as f:
+                f.write(self.to_caffemodel())
+
+    def to_prototxt(self) -> str:
+        return to_prototxt(self.net)
+
+    def to_caffemodel(self) -> bytes:
+        return self.net.SerializeToString()
+
+    # -- structure ---------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.net.name
+
+    def layer(self, name: str) -> pb.LayerParameter:
+        for layer in self.net.layer:
+            if layer.name == name:
+                return layer
+        raise KeyError(f"net {self.net.name!r} has no layer {name!r}")
+
+    @property
+    def layer_types(self) -> list[str]:
+        return [layer.type for layer in self.net.layer]
+
+    @property
+    def graph(self):
+        """The net as an aiacc IR graph (translated once, then cached; `invalidate()` after editing `net`)."""
+        if self._graph is None:
+            from aiacc.plugins.caffe.importer import import_net
+
+            hint = "" if self._has_weights else " (no caffemodel was loaded: give one, or call fill_random())"
+            self._graph = import_net(self.net, where=self.source, weights_hint=hint)
+        return self._graph
+
+    def invalidate(self) -> None:
+        self._graph = None
+
+    @property
+    def inputs(self) -> dict[str, tuple]:
+        """Input blob name -> shape."""
+        return {v.name: v.shape for v in self.graph.inputs}
+
+    @property
+    def outputs(self) -> list[str]:
+        """The blob names `forward` returns."""
+        return list(self._outputs) if self._outputs is not None else list(self.graph.meta["caffe_outputs"])
+
+    # -- running -----------------------------------------------------------------------------------
+    def forward(self, *args: Any, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the net on the aiacc reference executor: inputs by blob name (or positionally in the order of
+        the net's inputs); returns {output blob name: array}."""
+        from aiacc.core.runtime.executor import run
+
+        g = self.graph
+        feeds = self.feeds(args if args else inputs)
+        results = run(g, feeds)
+        return {blob: results[v.name] for blob, v in zip(self.outputs, g.outputs)}
+
+    def feeds(self, example_inputs: Any) -> dict[str, np.ndarray]:
+        """Normalize inputs given as a dict, one array or a sequence into {input name: float32 array}."""
+        names = [v.name for v in self.graph.inputs]
+        if isinstance(example_inputs, dict):
+            given = dict(example_inputs)
+        elif isinstance(example_inputs, (list, tuple)):
+            if len(example_inputs) != len(names):
+                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}), "
+                                 f"got {len(example_inputs)}")
+            given = dict(zip(names, example_inputs))
+        else:
+            if len(names) != 1:
+                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}): pass a dict")
+            given = {names[0]: example_inputs}
+        return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
+
+    # -- weights -----------------------------------------------------------------------------------
+    def fill_random(self, seed: int = 0, scale: float = 0.5) -> "CaffeModel":
+        """Give every layer that lacks weights random ones of the right shapes (for tests and benchmarks).
+
+        BatchNorm variances are positive and its moving-average factor is 1."""
+        from aiacc.plugins.caffe.importer import expected_blob_shapes
+
+        rng = np.random.default_rng(seed)
+        for layer, shapes in expected_blob_shapes(self.net):
+            if layer.blobs:
+                continue
+            for i, (what, shape) in enumerate(shapes):
+                if layer.type == "BatchNorm":
+                    a = [rng.normal(0, scale, shape), rng.uniform(0.5, 1.5, shape), np.ones(shape)][i]
+                elif layer.type in ("Convolution", "Deconvolution", "InnerProduct") and what == "weights":
+                    fan_in = int(np.prod(shape[1:])) if layer.type != "InnerProduct" else int(shape[-1])
+                    a = rng.normal(0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
+                elif what == "scale":
+                    a = rng.uniform(0.5, 1.5, shape)
+                else:
+                    a = rng.normal(0, scale, shape)
+                array_to_blob(np.asarray(a, dtype=np.float32), layer.blobs.add())
+        self._has_weights = True
+        self.invalidate()
+        return self
+
+    def __repr__(self) -> str:
+        return f"<CaffeModel {self.net.name!r}: {len(self.net.layer)} layers from {self.source}>"
