@@ -1,0 +1,117 @@
+"""MXNet files for the `aiacc` command: `NAME-symbol.json` with `NAME-EPOCH.params` beside it.
+
+    graph = load_graph("resnet-symbol.json", input_shapes={"data": (1, 3, 224, 224)})
+    optimize_file("resnet-symbol.json", "out/resnet-opt")   # out/resnet-opt-symbol.json + -0000.params
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from aiacc.core.ir import Graph
+from aiacc.errors import ParseError
+
+
+def params_path_for(symbol_path: str) -> str | None:
+    """The .params file beside a -symbol.json: NAME-0000.params (the highest epoch), else NAME.params."""
+    base = re.sub(r"-symbol\.json$", "", symbol_path)
+    if base == symbol_path:
+        base = re.sub(r"\.json$", "", symbol_path)
+    candidates = sorted(glob.glob(glob.escape(base) + "-[0-9][0-9][0-9][0-9].params"))
+    if candidates:
+        return candidates[-1]
+    return base + ".params" if os.path.exists(base + ".params") else None
+
+
+def read_model(path: str, params: str | None = None):
+    """Read a -symbol.json (and its .params) into an MXNetModel (see translator)."""
+    from aiacc.plugins.mxnet.mxrun import load_params
+    from aiacc.plugins.mxnet.symjson import parse_symbol_json
+    from aiacc.plugins.mxnet.translator import MXNetModel
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as e:
+        raise ParseError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ParseError(f"{path}: not a UTF-8 text file") from None
+    sym = parse_symbol_json(text, path)
+    params = params or params_path_for(path)
+    args, aux = load_params(params) if params else ({}, {})
+    return MXNetModel(sym, text, args, aux, path)
+
+
+def _shapes_from_symbol(model) -> dict[str, tuple]:
+    """Input shapes recorded in the symbol (`__shape__` of a variable), where present."""
+    from aiacc.plugins.mxnet.symjson import attr_tuple
+
+    out = {}
+    for n in model.symbol.nodes:
+        if n.is_variable and "__shape__" in n.attrs:
+            shape = attr_tuple(n, "__shape__")
+            if shape and all(d > 0 for d in shape):
+                out[n.name] = shape
+    return out
+
+
+def load_graph(path: str, *, params: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               input_names: Sequence[str] | None = None, **_: Any) -> Graph:
+    """The IR graph of an MXNet -symbol.json file with the .params beside it (or `params=`).
+
+    Input shapes come from `input_shapes=`, else from the variables' `__shape__` attributes; inputs without
+    either keep an unknown shape (ops that need it stay opaque)."""
+    from aiacc.plugins.mxnet.translator import MXNetTranslator
+
+    model = read_model(path, params)
+    shapes = dict(_shapes_from_symbol(model))
+    shapes.update({k: tuple(v) for k, v in (input_shapes or {}).items()})
+    names = list(input_names) if input_names else None
+    g = MXNetTranslator().trace(model, None, input_shapes=shapes, input_names=names,
+                                name=os.path.basename(re.sub(r"-symbol\.json$", "", path)))
+    return g
+
+
+def optimize_file(path: str, out: str, *, params: str | None = None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, level: int = 2, passes: Any = None,
+                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any) -> list[str]:
+    """Optimize an MXNet -symbol.json (+ .params) and write OUT-symbol.json and OUT-0000.params.
+
+    With verify, the original and the optimized model run on random inputs of the given shapes and must
+    agree within 1e-4 relative. Returns the written paths."""
+    from aiacc.plugins.base import compare_outputs
+    from aiacc.plugins.mxnet.exporter import export_symbol
+    from aiacc.plugins.mxnet.mxrun import save_params, symbol_block
+    from aiacc.plugins.mxnet.translator import MXNetTranslator, _flatten_outputs
+
+    out = re.sub(r"-symbol\.json$", "", out)
+    g = load_graph(path, params=params, input_shapes=input_shapes)
+    original = g.copy()
+    if level > 0 or passes:
+        from aiacc.core.passes import run_passes
+
+        run_passes(g, level=level, passes=passes, disable=disable)
+    sym, args, aux = export_symbol(g)
+    if verify and all(v.type is not None and v.type.is_static for v in original.inputs):
+        from aiacc.plugins.mxnet._import import import_mxnet
+
+        mx = import_mxnet()
+        rng = np.random.default_rng(seed)
+        feeds = [rng.standard_normal(v.shape).astype(v.dtype) for v in original.inputs]
+        model = read_model(path, params)
+        ref = symbol_block(model.symbol_json, [v.name for v in original.inputs], model.arg_params, model.aux_params)
+        new = symbol_block(sym.to_json(), [v.name for v in g.inputs], args, aux)
+        expected = _flatten_outputs(ref(*[mx.nd.array(a) for a in feeds]))
+        actual = _flatten_outputs(new(*[mx.nd.array(a) for a in feeds]))
+        t = MXNetTranslator()
+        compare_outputs(expected, actual, t.rtol, t.atol, f"aiacc optimize {path}")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    sym_path, params_path = f"{out}-symbol.json", f"{out}-0000.params"
+    with open(sym_path, "w") as f:
+        f.write(sym.to_json())
+    save_params(params_path, args, aux)
+    return [sym_path, params_path]

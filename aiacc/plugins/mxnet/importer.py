@@ -1,0 +1,700 @@
+"""MXNet symbol JSON -> aiacc IR (ONNX semantics, NCHW).
+
+One converter per MXNet op, registered with `@converter("OpName", ...)`. A converter receives a `Ctx`
+(the MXNet node, its IR input values, helpers to add IR nodes and constants) and returns the IR values of
+the node's visible outputs, or None to leave the node opaque: an op aiacc does not know, or an attribute
+combination it does not translate, becomes a node in the domain "mxnet" carrying the original JSON node
+(op, name, attributes), so the exporter writes it back unchanged, and an MXNet kernel so the reference
+executor can still run it.
+
+Inference semantics: BatchNorm uses its moving statistics, Dropout is the identity.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from aiacc.core.ir import Graph, TensorType, Value
+from aiacc.core.ops import get_schema
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError
+from aiacc.plugins.mxnet.symjson import (MxNode, MxSymbol, attr_bool, attr_float, attr_int, attr_str,
+                                         attr_tuple)
+
+OPAQUE_DOMAIN = "mxnet"
+
+_CONVERTERS: dict[str, Callable[["Ctx"], Any]] = {}
+
+
+def converter(*names: str):
+    """Register a converter for the MXNet ops `names`."""
+
+    def wrap(fn):
+        for n in names:
+            _CONVERTERS[n] = fn
+        return fn
+
+    return wrap
+
+
+def supported_ops() -> list[str]:
+    """The MXNet ops the importer translates (others stay opaque)."""
+    return sorted(_CONVERTERS)
+
+
+class Ctx:
+    """What a converter works with: the MXNet node, its IR inputs and helpers to build IR."""
+
+    def __init__(self, graph: Graph, node: MxNode, inputs: list[Value]):
+        self.g = graph
+        self.node = node
+        self.inputs = inputs
+
+    # attribute shorthands
+    def int(self, key, default=None):
+        return attr_int(self.node, key, default)
+
+    def float(self, key, default=None):
+        return attr_float(self.node, key, default)
+
+    def bool(self, key, default):
+        return attr_bool(self.node, key, default)
+
+    def tuple(self, key, default=None, allow_none=False):
+        return attr_tuple(self.node, key, default, allow_none)
+
+    def str(self, key, default=None):
+        return attr_str(self.node, key, default)
+
+    def shape(self, i: int):
+        return self.inputs[i].shape
+
+    def rank(self, i: int) -> int | None:
+        s = self.inputs[i].shape
+        return None if s is None else len(s)
+
+    def dtype(self, i: int = 0) -> str:
+        return self.inputs[i].dtype or "float32"
+
+    def const(self, i: int) -> np.ndarray | None:
+        v = self.inputs[i]
+        return v.const
+
+    def need_inputs(self, lo: int, hi: int | None = None) -> None:
+        hi = lo if hi is None else hi
+        if not lo <= len(self.inputs) <= hi:
+            raise AiaccError(f"{self.node.describe()}: takes {lo}..{hi} inputs, the file gives {len(self.inputs)}")
+
+    def constant(self, suffix: str, array: Any, dtype: str | None = None) -> Value:
+        """A new initializer named after the node."""
+        arr = np.asarray(array, dtype=dtype)
+        return self.g.add_initializer(self.g.fresh_name(f"{self.node.name}_{suffix}"), arr)
+
+    def scalar(self, value: float, like: int = 0) -> Value:
+        return self.constant("scalar", np.asarray(value, dtype=self.dtype(like)))
+
+    def ints(self, suffix: str, values) -> Value:
+        return self.constant(suffix, np.asarray(list(values), dtype=np.int64))
+
+    def op(self, op: str, *inputs: Value | None, outputs: int = 1, **attrs) -> Any:
+        """Add an IR node named after the MXNet node; one output value, or a list when outputs > 1."""
+        node = self.g.add_node(op, inputs, {k: v for k, v in attrs.items() if v is not None},
+                               name=self.node.name, outputs=outputs if outputs > 1 else [self.node.name])
+        return node.outputs if outputs > 1 else node.output
+
+
+# -- the importer -----------------------------------------------------------------------------------
+
+def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: Mapping[str, TensorType],
+                  name: str = "mxnet", opaque_backend: Any = None) -> Graph:
+    """Translate a parsed symbol into an IR graph.
+
+    params: every argument and auxiliary parameter by name (numpy arrays); input_types: the model inputs
+    (the variables that are not parameters). opaque_backend: an object with `infer(mxnode, input_types)`
+    and `kernel(mxnode)` used for opaque nodes (the MXNet runtime; see aiacc.plugins.mxnet.mxrun).
+    A variable that is neither a parameter nor an input is a missing parameter: UnsupportedError names it.
+    """
+    g = Graph(name)
+    env: dict[tuple[int, int], Value] = {}
+    consumers: dict[int, list[MxNode]] = {}
+    for n in sym.nodes:
+        for i, _ in n.inputs:
+            consumers.setdefault(i, []).append(n)
+    used = {i for n in sym.nodes for i, _ in n.inputs} | {i for i, _ in sym.heads}
+    for n in sym.nodes:
+        if not n.is_variable:
+            continue
+        if n.index not in used:
+            continue
+        if n.name in params:
+            env[(n.index, 0)] = g.add_initializer(n.name, np.asarray(params[n.name]))
+        elif n.name in input_types:
+            t = input_types[n.name]
+            env[(n.index, 0)] = g.add_input(n.name, t.dtype, t.shape)
+        else:
+            users = ", ".join(c.describe() for c in consumers.get(n.index, [])) or "a graph output"
+            raise UnsupportedError(f"variable {n.name!r} (read by {users}) has no value in the parameters and is "
+                                   f"not a model input: a parameter is missing (model inputs: "
+                                   f"{', '.join(input_types) or 'none'})")
+    # keep graph inputs in the order the caller gave them
+    order = {k: i for i, k in enumerate(input_types)}
+    g.inputs.sort(key=lambda v: order.get(v.name, len(order)))
+    for n in sym.nodes:
+        if n.is_variable:
+            continue
+        ins = []
+        for i, k in n.inputs:
+            if (i, k) not in env:
+                src = sym.nodes[i]
+                raise AiaccError(f"{n.describe()}: input {src.name!r} output {k} does not exist "
+                                 f"({src.describe()} has fewer outputs)")
+            ins.append(env[(i, k)])
+        outs = None
+        fn = _CONVERTERS.get(n.op)
+        if fn is not None:
+            try:
+                outs = fn(Ctx(g, n, ins))
+            except AiaccError as e:
+                if n.name in str(e):
+                    raise
+                raise type(e)(f"{n.describe()}: {e}") from None
+        if outs is None:
+            outs = _opaque(g, n, ins, opaque_backend)
+        if isinstance(outs, Value):
+            outs = [outs]
+        for k, v in enumerate(outs):
+            env[(n.index, k)] = v
+    for i, k in sym.heads:
+        if (i, k) not in env:
+            raise AiaccError(f"output head refers to output {k} of {sym.nodes[i].describe()}, which it lacks")
+        g.add_output(env[(i, k)])
+    return g
+
+
+def _opaque(g: Graph, n: MxNode, ins: list[Value], backend: Any) -> list[Value]:
+    """Keep an MXNet node as it is: domain "mxnet", its attributes as strings, an MXNet kernel in meta."""
+    if backend is None:
+        raise UnsupportedError(f"{n.describe()}: aiacc does not translate this op and no MXNet runtime was "
+                               f"given to keep it opaque")
+    types = backend.infer(n, [v.type for v in ins])
+    node = g.add_node(n.op, ins, dict(n.attrs), domain=OPAQUE_DOMAIN, name=n.name,
+                      outputs=[n.name] if len(types) == 1 else [f"{n.name}_output{k}" for k in range(len(types))],
+                      output_types=types)
+    node.meta["mxnet_node"] = {"op": n.op, "name": n.name, "attrs": dict(n.attrs)}
+    node.meta["kernel"] = backend.kernel(n)
+    return node.outputs
+
+
+# -- converters -------------------------------------------------------------------------------------
+
+def _spatial(ctx: Ctx, key: str, n: int, default: int) -> list[int]:
+    t = ctx.tuple(key, None)
+    if not t:
+        return [default] * n
+    if len(t) != n:
+        raise AiaccError(f"{ctx.node.describe()}: {key}={t} does not match a {n}-d kernel")
+    return list(t)
+
+
+@converter("Convolution")
+def _convolution(ctx: Ctx):
+    if ctx.str("layout") not in (None, "None", "NCW", "NCHW", "NCDHW"):
+        return None
+    kernel = list(ctx.tuple("kernel"))
+    n = len(kernel)
+    no_bias = ctx.bool("no_bias", False)
+    ctx.need_inputs(2 if no_bias else 3)
+    pad = _spatial(ctx, "pad", n, 0)
+    return ctx.op("Conv", ctx.inputs[0], ctx.inputs[1], None if no_bias else ctx.inputs[2],
+                  kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1),
+                  dilations=_spatial(ctx, "dilate", n, 1), pads=pad + pad, group=ctx.int("num_group", 1))
+
+
+@converter("Deconvolution")
+def _deconvolution(ctx: Ctx):
+    if ctx.str("layout") not in (None, "None", "NCW", "NCHW", "NCDHW") or ctx.tuple("target_shape"):
+        return None
+    kernel = list(ctx.tuple("kernel"))
+    n = len(kernel)
+    no_bias = ctx.bool("no_bias", True)
+    ctx.need_inputs(2 if no_bias else 3)
+    pad = _spatial(ctx, "pad", n, 0)
+    return ctx.op("ConvTranspose", ctx.inputs[0], ctx.inputs[1], None if no_bias else ctx.inputs[2],
+                  kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1),
+                  dilations=_spatial(ctx, "dilate", n, 1), pads=pad + pad, group=ctx.int("num_group", 1),
+                  output_padding=_spatial(ctx, "adj", n, 0))
+
+
+@converter("BatchNorm")
+def _batchnorm(ctx: Ctx):
+    ctx.need_inputs(5)
+    rank = ctx.rank(0)
+    axis = ctx.int("axis", 1)
+    if rank is None or axis % rank != 1 or attr_bool(ctx.node, "output_mean_var", False):
+        return None
+    x, gamma, beta, mean, var = ctx.inputs
+    if ctx.bool("fix_gamma", True):  # MXNet's default: gamma is held at 1 whatever its stored value
+        gamma = ctx.constant("gamma_fixed", np.ones(mean.shape, dtype=ctx.dtype(3)))
+    return ctx.op("BatchNormalization", x, gamma, beta, mean, var, epsilon=ctx.float("eps", 1e-3))
+
+
+_ACTIVATIONS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus",
+                "softsign": "Softsign"}
+
+
+@converter("Activation")
+def _activation(ctx: Ctx):
+    act = ctx.str("act_type")
+    if act == "log_sigmoid":
+        return ctx.op("Log", ctx.op("Sigmoid", ctx.inputs[0]))
+    if act == "mish":
+        return ctx.op("Mish", ctx.inputs[0])
+    if act not in _ACTIVATIONS:
+        return None
+    return ctx.op(_ACTIVATIONS[act], ctx.inputs[0])
+
+
+@converter("relu", "sigmoid", "tanh", "softsign", "erf", "sqrt", "exp", "log", "abs", "negative",
+           "reciprocal", "floor", "ceil", "sign", "sin", "cos", "_copy", "identity", "BlockGrad", "stop_gradient",
+           "rsqrt", "square", "log_sigmoid", "mish")
+def _unary(ctx: Ctx):
+    x = ctx.inputs[0]
+    op = ctx.node.op
+    simple = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softsign": "Softsign", "erf": "Erf",
+              "sqrt": "Sqrt", "exp": "Exp", "log": "Log", "abs": "Abs", "negative": "Neg", "reciprocal": "Reciprocal",
+              "floor": "Floor", "ceil": "Ceil", "sign": "Sign", "sin": "Sin", "cos": "Cos", "mish": "Mish"}
+    if op in simple:
+        return ctx.op(simple[op], x)
+    if op in ("_copy", "identity", "BlockGrad", "stop_gradient"):
+        return ctx.op("Identity", x)
+    if op == "rsqrt":
+        return ctx.op("Reciprocal", ctx.op("Sqrt", x))
+    if op == "square":
+        return ctx.op("Mul", x, x)
+    if op == "log_sigmoid":
+        return ctx.op("Log", ctx.op("Sigmoid", x))
+    return None
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_GAMMA = 1.0507009873554804934193349852946
+
+
+@converter("LeakyReLU")
+def _leaky(ctx: Ctx):
+    act = ctx.str("act_type", "leaky")
+    x = ctx.inputs[0]
+    slope = ctx.float("slope", 0.25)
+    if act == "leaky":
+        return ctx.op("LeakyRelu", x, alpha=slope)
+    if act == "elu":
+        return ctx.op("Elu", x, alpha=slope)
+    if act == "selu":
+        return ctx.op("Selu", x, alpha=_SELU_ALPHA, gamma=_SELU_GAMMA)
+    if act == "gelu":
+        return ctx.op("Gelu", x)
+    if act == "rrelu":  # inference: the mean of the random slope range
+        return ctx.op("LeakyRelu", x, alpha=(ctx.float("lower_bound", 0.125) + ctx.float("upper_bound", 0.334)) / 2)
+    if act == "prelu":
+        ctx.need_inputs(2)
+        gamma = ctx.inputs[1]
+        rank = ctx.rank(0)
+        if rank is None or gamma.shape is None:
+            return None
+        if len(gamma.shape) == 1 and gamma.shape[0] != 1 and rank > 2:
+            # MXNet's gamma runs along the channel axis 1; ONNX PRelu broadcasts from the right
+            target = (gamma.shape[0],) + (1,) * (rank - 2)
+            gamma = ctx.constant("gamma", gamma.const.reshape(target)) if gamma.const is not None \
+                else ctx.op("Reshape", gamma, ctx.ints("shape", target))
+        return ctx.op("PRelu", x, gamma)
+    return None
+
+
+@converter("Pooling")
+def _pooling(ctx: Ctx):
+    if ctx.str("layout") not in (None, "None", "NCW", "NCHW", "NCDHW"):
+        return None
+    pool_type = ctx.str("pool_type", "max")
+    x = ctx.inputs[0]
+    if ctx.bool("global_pool", False):
+        if pool_type == "max":
+            return ctx.op("GlobalMaxPool", x)
+        if pool_type == "avg":
+            return ctx.op("GlobalAveragePool", x)
+        return None
+    kernel = list(ctx.tuple("kernel"))
+    n = len(kernel)
+    convention = ctx.str("pooling_convention", "valid")
+    if convention not in ("valid", "full") or pool_type not in ("max", "avg"):
+        return None
+    pad = _spatial(ctx, "pad", n, 0)
+    common = dict(kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1), pads=pad + pad,
+                  ceil_mode=int(convention == "full"))
+    if pool_type == "max":
+        return ctx.op("MaxPool", x, **common)
+    return ctx.op("AveragePool", x, count_include_pad=int(ctx.bool("count_include_pad", True)), **common)
+
+
+@converter("FullyConnected")
+def _fully_connected(ctx: Ctx):
+    no_bias = ctx.bool("no_bias", False)
+    ctx.need_inputs(2 if no_bias else 3)
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    b = None if no_bias else ctx.inputs[2]
+    rank = ctx.rank(0)
+    if rank is None:
+        return None
+    if ctx.bool("flatten", True) or rank <= 2:
+        if rank != 2:
+            x = ctx.op("Flatten", x, axis=1)
+        return ctx.op("Gemm", x, w, b, transB=1)
+    # flatten=False: the product runs along the last axis, leading axes are kept
+    wt = ctx.constant("weight_t", np.ascontiguousarray(w.const.T)) if w.const is not None \
+        else ctx.op("Transpose", w, perm=[1, 0])
+    y = ctx.op("MatMul", x, wt)
+    return y if b is None else ctx.op("Add", y, b)
+
+
+_BINARY = {
+    "elemwise_add": "Add", "elemwise_sub": "Sub", "elemwise_mul": "Mul", "elemwise_div": "Div",
+    "broadcast_add": "Add", "broadcast_plus": "Add", "broadcast_sub": "Sub", "broadcast_minus": "Sub",
+    "broadcast_mul": "Mul", "broadcast_div": "Div", "broadcast_power": "Pow", "broadcast_maximum": "Max",
+    "broadcast_minimum": "Min", "_plus": "Add", "_Plus": "Add", "_add": "Add", "_minus": "Sub", "_Minus": "Sub",
+    "_sub": "Sub", "_mul": "Mul", "_Mul": "Mul", "_div": "Div", "_Div": "Div", "_power": "Pow", "_Power": "Pow",
+    "_maximum": "Max", "_Maximum": "Max", "_minimum": "Min", "_Minimum": "Min",
+}
+
+
+@converter(*_BINARY)
+def _binary(ctx: Ctx):
+    ctx.need_inputs(2)
+    return ctx.op(_BINARY[ctx.node.op], ctx.inputs[0], ctx.inputs[1])
+
+
+@converter("add_n", "ElementWiseSum", "_sum")
+def _add_n(ctx: Ctx):
+    return ctx.op("Sum", *ctx.inputs) if len(ctx.inputs) > 1 else ctx.op("Identity", ctx.inputs[0])
+
+
+# (IR op, scalar on the right?)
+_SCALAR = {"_plus_scalar": ("Add", True), "_PlusScalar": ("Add", True), "_minus_scalar": ("Sub", True),
+           "_MinusScalar": ("Sub", True), "_rminus_scalar": ("Sub", False), "_RMinusScalar": ("Sub", False),
+           "_mul_scalar": ("Mul", True), "_MulScalar": ("Mul", True), "_div_scalar": ("Div", True),
+           "_DivScalar": ("Div", True), "_rdiv_scalar": ("Div", False), "_RDivScalar": ("Div", False),
+           "_power_scalar": ("Pow", True), "_PowerScalar": ("Pow", True), "_rpower_scalar": ("Pow", False),
+           "_RPowerScalar": ("Pow", False), "_maximum_scalar": ("Max", True), "_MaximumScalar": ("Max", True),
+           "_minimum_scalar": ("Min", True), "_MinimumScalar": ("Min", True)}
+
+
+@converter(*_SCALAR)
+def _scalar_op(ctx: Ctx):
+    op, right = _SCALAR[ctx.node.op]
+    s = ctx.scalar(ctx.float("scalar", 0.0))
+    x = ctx.inputs[0]
+    return ctx.op(op, x, s) if right else ctx.op(op, s, x)
+
+
+@converter("Concat", "concat")
+def _concat(ctx: Ctx):
+    return ctx.op("Concat", *ctx.inputs, axis=ctx.int("dim", 1))
+
+
+@converter("Flatten", "flatten")
+def _flatten(ctx: Ctx):
+    return ctx.op("Flatten", ctx.inputs[0], axis=1)
+
+
+def mx_reshape_shape(in_shape, spec, reverse=False) -> tuple[int, ...]:
+    """MXNet's Reshape output shape with its special codes 0 (copy), -1 (infer), -2 (copy the rest),
+    -3 (merge two), -4 (split one into the next two), optionally applied right to left."""
+    d = list(in_shape)
+    spec = list(spec)
+    if reverse:
+        d, spec = d[::-1], spec[::-1]
+    out: list[int] = []
+    src = 0
+    infer = -1
+    i = 0
+    while i < len(spec):
+        p = spec[i]
+        if p == 0:
+            out.append(d[src])
+            src += 1
+        elif p == -1:
+            infer = len(out)
+            out.append(1)
+            src += 1
+        elif p == -2:
+            out.extend(d[src:])
+            src = len(d)
+        elif p == -3:
+            out.append(d[src] * d[src + 1])
+            src += 2
+        elif p == -4:
+            d1, d2 = spec[i + 1], spec[i + 2]
+            i += 2
+            if d1 == -1:
+                d1 = d[src] // d2
+            if d2 == -1:
+                d2 = d[src] // d1
+            if d1 * d2 != d[src]:
+                raise ValueError(f"-4 splits dimension {d[src]} into {d1} x {d2}")
+            out += [d1, d2]
+            src += 1
+        elif p > 0:
+            out.append(p)
+            src += 1
+        else:
+            raise ValueError(f"unknown reshape code {p}")
+        i += 1
+    total = int(np.prod(in_shape, dtype=np.int64))
+    if infer >= 0:
+        known = int(np.prod(out, dtype=np.int64))
+        if known == 0 or total % known:
+            raise ValueError(f"cannot infer the -1 dimension of {list(spec)} for shape {list(in_shape)}")
+        out[infer] = total // known
+    if int(np.prod(out, dtype=np.int64)) != total:
+        raise ValueError(f"cannot reshape {list(in_shape)} to {list(spec)}")
+    return tuple(out[::-1] if reverse else out)
+
+
+@converter("Reshape", "reshape")
+def _reshape(ctx: Ctx):
+    if ctx.tuple("target_shape") or ctx.bool("keep_highest", False):
+        return None  # the legacy form
+    spec = list(ctx.tuple("shape", ()))
+    reverse = ctx.bool("reverse", False)
+    x = ctx.inputs[0]
+    simple = not reverse and all(p >= -1 for p in spec) and spec.count(-1) <= 1
+    if not simple:
+        s = x.shape
+        if s is None or not all(isinstance(d, int) for d in s):
+            return None
+        try:
+            spec = list(mx_reshape_shape(s, spec, reverse))
+        except (ValueError, IndexError) as e:
+            raise ShapeError(f"{ctx.node.describe()}: shape={ctx.str('shape')} does not fit input shape "
+                             f"{list(s)}: {e}") from None
+    return ctx.op("Reshape", x, ctx.ints("shape", spec))
+
+
+@converter("transpose")
+def _transpose(ctx: Ctx):
+    axes = ctx.tuple("axes", ())
+    return ctx.op("Transpose", ctx.inputs[0], perm=list(axes) if axes else None)
+
+
+@converter("softmax", "log_softmax")
+def _softmax(ctx: Ctx):
+    if ctx.bool("use_length", False):
+        return None
+    x = ctx.inputs[0]
+    t = ctx.float("temperature", None)
+    if t is not None and t != 1.0:
+        x = ctx.op("Div", x, ctx.scalar(t))
+    return ctx.op("Softmax" if ctx.node.op == "softmax" else "LogSoftmax", x, axis=ctx.int("axis", -1))
+
+
+@converter("SoftmaxActivation")
+def _softmax_activation(ctx: Ctx):
+    if ctx.str("mode", "instance") == "channel":
+        return ctx.op("Softmax", ctx.inputs[0], axis=1)
+    rank = ctx.rank(0)
+    if rank != 2:
+        return None
+    return ctx.op("Softmax", ctx.inputs[0], axis=1)
+
+
+@converter("LayerNorm")
+def _layernorm(ctx: Ctx):
+    ctx.need_inputs(3)
+    rank = ctx.rank(0)
+    axis = ctx.int("axis", -1)
+    if rank is None or axis % rank != rank - 1 or ctx.bool("output_mean_var", False):
+        return None
+    return ctx.op("LayerNormalization", *ctx.inputs, axis=-1, epsilon=ctx.float("eps", 1e-5))
+
+
+def _swap_last(ctx: Ctx, v: Value) -> Value:
+    r = len(v.shape)
+    return ctx.op("Transpose", v, perm=list(range(r - 2)) + [r - 1, r - 2])
+
+
+@converter("batch_dot")
+def _batch_dot(ctx: Ctx):
+    a, b = ctx.inputs
+    if a.shape is None or b.shape is None or len(a.shape) < 3 or len(a.shape) != len(b.shape):
+        return None
+    if ctx.bool("transpose_a", False):
+        a = _swap_last(ctx, a)
+    if ctx.bool("transpose_b", False):
+        b = _swap_last(ctx, b)
+    return ctx.op("MatMul", a, b)
+
+
+@converter("dot")
+def _dot(ctx: Ctx):
+    a, b = ctx.inputs
+    if a.shape is None or b.shape is None or len(b.shape) != 2:
+        return None
+    if ctx.bool("transpose_a", False):
+        if len(a.shape) != 2:
+            return None  # MXNet reverses every axis of an N-d operand
+        a = ctx.op("Transpose", a, perm=[1, 0])
+    if ctx.bool("transpose_b", False):
+        b = ctx.constant("t", np.ascontiguousarray(b.const.T)) if b.const is not None \
+            else ctx.op("Transpose", b, perm=[1, 0])
+    return ctx.op("MatMul", a, b)
+
+
+@converter("Dropout")
+def _dropout(ctx: Ctx):
+    if ctx.str("mode", "training") == "always":
+        return None  # drops at inference too
+    p = ctx.float("p", 0.5)
+    return ctx.op("Dropout", ctx.inputs[0], ctx.constant("ratio", np.asarray(p, dtype=np.float32)))
+
+
+@converter("Embedding")
+def _embedding(ctx: Ctx):
+    ctx.need_inputs(2)
+    idx = ctx.inputs[0]
+    if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
+        idx = ctx.op("Cast", idx, to="int64")
+    return ctx.op("Gather", ctx.inputs[1], idx, axis=0)
+
+
+@converter("take")
+def _take(ctx: Ctx):
+    if ctx.str("mode", "clip") != "wrap" and ctx.str("mode", "clip") != "clip":
+        return None
+    if ctx.str("mode", "clip") == "clip":
+        return None  # ONNX Gather has no clipping; keep MXNet's semantics opaque
+    idx = ctx.inputs[1]
+    if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
+        idx = ctx.op("Cast", idx, to="int64")
+    return ctx.op("Gather", ctx.inputs[0], idx, axis=ctx.int("axis", 0))
+
+
+@converter("clip")
+def _clip(ctx: Ctx):
+    lo, hi = ctx.float("a_min"), ctx.float("a_max")
+    return ctx.op("Clip", ctx.inputs[0], ctx.scalar(lo), ctx.scalar(hi))
+
+
+@converter("SliceChannel", "split")
+def _split(ctx: Ctx):
+    if get_schema("Split") is None:
+        return None
+    x = ctx.inputs[0]
+    n = ctx.int("num_outputs")
+    rank = ctx.rank(0)
+    if rank is None or x.shape is None:
+        return None
+    axis = ctx.int("axis", 1) % rank
+    size = x.shape[axis]
+    if not isinstance(size, int) or size % n:
+        return None
+    outs = ctx.op("Split", x, ctx.ints("split", [size // n] * n), axis=axis, outputs=n) if n > 1 \
+        else [ctx.op("Identity", x)]
+    if ctx.bool("squeeze_axis", False):
+        if size // n != 1:
+            raise ShapeError(f"{ctx.node.describe()}: squeeze_axis needs parts of size 1 along axis {axis}, "
+                             f"got {size // n}")
+        outs = [ctx.op("Squeeze", o, ctx.ints("axes", [axis])) for o in outs]
+    return outs
+
+
+@converter("expand_dims")
+def _expand_dims(ctx: Ctx):
+    return ctx.op("Unsqueeze", ctx.inputs[0], ctx.ints("axes", [ctx.int("axis")]))
+
+
+@converter("squeeze")
+def _squeeze(ctx: Ctx):
+    axes = ctx.tuple("axis", None)
+    return ctx.op("Squeeze", ctx.inputs[0], None if axes is None else ctx.ints("axes", axes))
+
+
+@converter("slice_axis")
+def _slice_axis(ctx: Ctx):
+    if get_schema("Slice") is None:
+        return None
+    axis, begin, end = ctx.int("axis"), ctx.int("begin", 0), ctx.int("end", None)
+    end = np.iinfo(np.int64).max if end is None else end
+    return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", [begin]), ctx.ints("ends", [end]),
+                  ctx.ints("axes", [axis]))
+
+
+@converter("slice", "crop")
+def _slice(ctx: Ctx):
+    if get_schema("Slice") is None:
+        return None
+    begin = ctx.tuple("begin", (), allow_none=True)
+    end = ctx.tuple("end", (), allow_none=True)
+    step = ctx.tuple("step", (), allow_none=True) or (None,) * len(begin)
+    if len(end) != len(begin) or len(step) != len(begin):
+        return None
+    big = np.iinfo(np.int64).max
+    starts, ends, axes, steps = [], [], [], []
+    for ax, (b, e, s) in enumerate(zip(begin, end, step)):
+        s = 1 if s is None else s
+        if s < 0:
+            return None  # MXNet's defaults for a negative step differ; keep it as it is
+        starts.append(0 if b is None else b)
+        ends.append(big if e is None else e)
+        axes.append(ax)
+        steps.append(s)
+    return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", starts), ctx.ints("ends", ends),
+                  ctx.ints("axes", axes), ctx.ints("steps", steps))
+
+
+@converter("Cast", "cast")
+def _cast(ctx: Ctx):
+    return ctx.op("Cast", ctx.inputs[0], to=np.dtype(ctx.str("dtype")).name)
+
+
+@converter("where")
+def _where(ctx: Ctx):
+    cond = ctx.op("Cast", ctx.inputs[0], to="bool")
+    return ctx.op("Where", cond, ctx.inputs[1], ctx.inputs[2])
+
+
+@converter("broadcast_to")
+def _broadcast_to(ctx: Ctx):
+    shape = list(ctx.tuple("shape"))
+    s = ctx.shape(0)
+    if s is None or len(s) != len(shape):
+        return None
+    # MXNet's 0 keeps the input's size
+    target = [s[i] if d == 0 else d for i, d in enumerate(shape)]
+    if not all(isinstance(d, int) for d in target):
+        return None
+    return ctx.op("Expand", ctx.inputs[0], ctx.ints("shape", target))
+
+
+@converter("broadcast_axis", "broadcast_axes")
+def _broadcast_axis(ctx: Ctx):
+    s = ctx.shape(0)
+    axes, sizes = ctx.tuple("axis", ()), ctx.tuple("size", ())
+    if s is None or len(axes) != len(sizes):
+        return None
+    target = list(s)
+    for a, n in zip(axes, sizes):
+        target[a % len(s)] = n
+    if not all(isinstance(d, int) for d in target):
+        return None
+    return ctx.op("Expand", ctx.inputs[0], ctx.ints("shape", target))
+
+
+_REDUCE = {"mean": "ReduceMean", "sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
+
+
+@converter(*_REDUCE)
+def _reduce(ctx: Ctx):
+    op = _REDUCE[ctx.node.op]
+    if get_schema(op) is None or ctx.bool("exclude", False):
+        return None
+    axes = ctx.tuple("axis", None)
+    keep = int(ctx.bool("keepdims", False))
+    return ctx.op(op, ctx.inputs[0], None if axes is None else ctx.ints("axes", axes), keepdims=keep)

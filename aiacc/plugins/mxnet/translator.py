@@ -1,0 +1,247 @@
+"""The MXNet translator: what `aiacc.trace` / `aiacc.optimize` do with a Gluon HybridBlock, a
+(Symbol, arg_params, aux_params) triple, a bare Symbol or an exported `-symbol.json` file.
+
+Inputs of a Gluon block are named as `HybridBlock.export` names them: `data` for one input, `data0`,
+`data1`, ... for several. For a Symbol the model inputs are the variables that are not parameters (or
+`input_names=`); example inputs may be given positionally or as a dict by name.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from aiacc.core.ir import Graph, TensorType
+from aiacc.errors import ShapeError, UnsupportedError
+from aiacc.plugins.base import Translator
+from aiacc.plugins.mxnet._import import import_mxnet
+from aiacc.plugins.mxnet.symjson import MxSymbol, parse_symbol_json
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    mx = import_mxnet()
+    if isinstance(x, mx.nd.NDArray):
+        return x.asnumpy()
+    return np.asarray(x)
+
+
+def _flatten_outputs(out: Any) -> list[np.ndarray]:
+    if isinstance(out, (list, tuple)):
+        return [a for o in out for a in _flatten_outputs(o)]
+    return [_to_numpy(out)]
+
+
+def example_arrays(example_inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Example inputs as numpy: a list (positional) or a dict (by input name)."""
+    if example_inputs is None:
+        return []
+    if isinstance(example_inputs, Mapping):
+        return {k: _to_numpy(v) for k, v in example_inputs.items()}
+    if isinstance(example_inputs, (list, tuple)):
+        return [_to_numpy(v) for v in example_inputs]
+    return [_to_numpy(example_inputs)]
+
+
+def gluon_input_names(n: int) -> list[str]:
+    """The names HybridBlock.export gives the inputs of a block with `n` inputs."""
+    return ["data"] if n == 1 else [f"data{i}" for i in range(n)]
+
+
+class MXNetModel:
+    """A symbol with its parameters, as read from a triple or from files (what `trace` translates)."""
+
+    def __init__(self, symbol: MxSymbol, symbol_json: str, arg_params: Mapping[str, np.ndarray],
+                 aux_params: Mapping[str, np.ndarray], source: str):
+        self.symbol = symbol
+        self.symbol_json = symbol_json
+        self.arg_params = dict(arg_params)
+        self.aux_params = dict(aux_params)
+        self.source = source
+
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {**self.arg_params, **self.aux_params}
+
+    def free_variables(self) -> list[str]:
+        """Variables read by the symbol that no parameter covers, in file order (the model inputs)."""
+        used = {i for n in self.symbol.nodes for i, _ in n.inputs} | {i for i, _ in self.symbol.heads}
+        params = self.params
+        return [n.name for n in self.symbol.nodes if n.is_variable and n.index in used and n.name not in params]
+
+
+def _nd_params(d: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: _to_numpy(v) for k, v in (d or {}).items()}
+
+
+def as_model(model: Any, example_inputs: Any = None, **options: Any) -> tuple[MXNetModel, list[str]]:
+    """Turn any accepted MXNet model into an MXNetModel and the ordered list of its input names."""
+    if isinstance(model, MXNetModel):
+        return model, _input_names(model, example_inputs, options.get("input_names"))
+    if isinstance(model, (str, os.PathLike)):
+        from aiacc.plugins.mxnet.files import read_model
+
+        m = read_model(os.fspath(model))
+        return m, _input_names(m, example_inputs, options.get("input_names"))
+    mx = import_mxnet()
+    if isinstance(model, mx.gluon.Block):
+        return _from_block(mx, model, example_inputs)
+    if isinstance(model, tuple) and len(model) == 3 and isinstance(model[0], mx.sym.Symbol):
+        sym, args, aux = model
+        return _from_symbol(sym, _nd_params(args), _nd_params(aux), example_inputs, options)
+    if isinstance(model, mx.sym.Symbol):
+        return _from_symbol(model, _nd_params(options.get("arg_params", {})), _nd_params(options.get("aux_params", {})),
+                            example_inputs, options)
+    raise UnsupportedError(f"the MXNet plugin takes a Gluon HybridBlock, a (Symbol, arg_params, aux_params) triple, "
+                           f"a Symbol or a -symbol.json path, not a {type(model).__name__}")
+
+
+def _from_symbol(sym, args, aux, example_inputs, options) -> tuple[MXNetModel, list[str]]:
+    text = sym.tojson()
+    m = MXNetModel(parse_symbol_json(text, "Symbol"), text, args, aux, "Symbol")
+    return m, _input_names(m, example_inputs, options.get("input_names"))
+
+
+def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] | None) -> list[str]:
+    free = m.free_variables()
+    if isinstance(example_inputs, Mapping):
+        names = list(example_inputs)
+    elif input_names:
+        names = list(input_names)
+    else:
+        n = len(example_arrays(example_inputs)) if example_inputs is not None else None
+        if n is not None and n < len(free):
+            missing = ", ".join(repr(v) for v in free[n:])
+            raise UnsupportedError(f"{m.source}: {len(free)} variables have no parameter value ({', '.join(free)}) "
+                                   f"but {n} example input(s) were given: missing parameters {missing} (or pass "
+                                   f"input_names=)")
+        names = free if n is None else free[:n]
+    for name in free:
+        if name not in names:
+            readers = [n.describe() for n in m.symbol.nodes
+                       if any(m.symbol.nodes[i].name == name for i, _ in n.inputs)]
+            raise UnsupportedError(f"{m.source}: variable {name!r} (read by {', '.join(readers) or 'an output'}) has "
+                                   f"no value in the parameters and is not a model input: a parameter is missing")
+    return names
+
+
+def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
+    if not isinstance(block, mx.gluon.HybridBlock):
+        raise UnsupportedError(f"{type(block).__name__} is a gluon.Block, not a HybridBlock: its forward is Python "
+                               f"code aiacc cannot trace; derive it from HybridBlock")
+    arrays = example_arrays(example_inputs)
+    if isinstance(arrays, dict):
+        arrays = list(arrays.values())
+    if not arrays:
+        raise UnsupportedError(f"tracing the Gluon block {type(block).__name__} needs example inputs")
+    nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+    try:
+        block(*nd)  # finishes deferred parameter initialization
+        mx.nd.waitall()  # MXNet runs asynchronously (MKLDNN may still be reordering weights in place)
+    except RuntimeError as e:
+        raise UnsupportedError(f"running {type(block).__name__} on the example inputs failed (is it initialized?): "
+                               f"{str(e).splitlines()[0]}") from None
+    names = gluon_input_names(len(nd))
+    out = block(*[mx.sym.var(n) for n in names])
+    if isinstance(out, (list, tuple)):
+        out = mx.sym.Group(list(_flat_symbols(out)))
+    text = out.tojson()
+    params = {}
+    for p in block.collect_params().values():
+        if p._data is None and p._deferred_init:
+            continue
+        params[p.name] = p.data().asnumpy()
+    aux_names = set(out.list_auxiliary_states())
+    args = {k: v for k, v in params.items() if k not in aux_names}
+    aux = {k: v for k, v in params.items() if k in aux_names}
+    m = MXNetModel(parse_symbol_json(text, type(block).__name__), text, args, aux, type(block).__name__)
+    return m, names
+
+
+def _flat_symbols(out):
+    for o in out:
+        if isinstance(o, (list, tuple)):
+            yield from _flat_symbols(o)
+        else:
+            yield o
+
+
+def input_types(names: Sequence[str], example_inputs: Any, shapes: Mapping[str, Sequence] | None = None,
+                dtype: str = "float32") -> dict[str, TensorType]:
+    """Types of the model inputs from the example arrays, else from `input_shapes=` (else unknown shape)."""
+    arrays = example_arrays(example_inputs)
+    out: dict[str, TensorType] = {}
+    for i, name in enumerate(names):
+        a = arrays.get(name) if isinstance(arrays, dict) else (arrays[i] if i < len(arrays) else None)
+        if a is not None:
+            out[name] = TensorType(a.dtype.name, a.shape)
+        elif shapes and name in shapes:
+            out[name] = TensorType(dtype, tuple(shapes[name]))
+        else:
+            out[name] = TensorType(dtype, None)
+    return out
+
+
+class MXNetTranslator(Translator):
+    framework = "mxnet"
+
+    def trace(self, model: Any, example_inputs: Any = None, *, input_shapes: Mapping[str, Sequence] | None = None,
+              mode: str = "inference", **options: Any) -> Graph:
+        """Translate a Gluon HybridBlock, a (Symbol, arg_params, aux_params) triple, a Symbol or a
+        -symbol.json path into an IR graph with ONNX semantics (inference mode)."""
+        if mode != "inference":
+            raise UnsupportedError(f"the MXNet plugin translates inference graphs; mode={mode!r} is not supported")
+        from aiacc.plugins.mxnet.importer import import_symbol
+        from aiacc.plugins.mxnet.mxrun import OpaqueBackend, check_params
+
+        m, names = as_model(model, example_inputs, **options)
+        types = input_types(names, example_inputs, input_shapes)
+        static = {k: t.shape for k, t in types.items() if t.shape is not None}
+        if len(static) == len(types):
+            check_params(m.symbol, m.symbol_json, m.params, static)
+        name = options.get("name") or (getattr(model, "name", None) if not isinstance(model, tuple) else None)
+        g = import_symbol(m.symbol, m.params, types, name=str(name or "mxnet"), opaque_backend=OpaqueBackend())
+        g.meta["framework"] = "mxnet"
+        return g
+
+    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> Any:
+        """A gluon.SymbolBlock computing the graph (backend "native"), or a Gluon block running it in
+        onnxruntime (backend "onnxruntime")."""
+        if backend == "onnxruntime":
+            from aiacc.plugins.mxnet.ort import OrtBlock
+
+            return OrtBlock(graph)
+        if backend != "native":
+            raise UnsupportedError(f"unknown backend {backend!r} (expected 'native' or 'onnxruntime')")
+        from aiacc.plugins.mxnet.exporter import export_symbol
+        from aiacc.plugins.mxnet.mxrun import symbol_block
+
+        sym, args, aux = export_symbol(graph)
+        block = symbol_block(sym.to_json(), [v.name for v in graph.inputs], args, aux)
+        block.aiacc_graph = graph
+        return block
+
+    def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        mx = import_mxnet()
+        if not isinstance(model, mx.gluon.Block):
+            from aiacc.plugins.mxnet.mxrun import symbol_block
+
+            m, names = as_model(model, example_inputs)
+            model = symbol_block(m.symbol_json, names, m.arg_params, m.aux_params)
+            arrays = example_arrays(example_inputs)
+            if isinstance(arrays, dict):
+                arrays = [arrays[n] for n in names]
+        else:
+            arrays = example_arrays(example_inputs)
+            if isinstance(arrays, dict):
+                arrays = list(arrays.values())
+        nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+        return _flatten_outputs(model(*nd))
+
+    def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
+        arrays = example_arrays(example_inputs)
+        if isinstance(arrays, dict):
+            return {v.name: arrays[v.name] for v in graph.inputs if v.name in arrays}
+        if len(arrays) != len(graph.inputs):
+            raise ShapeError(f"graph {graph.name} has {len(graph.inputs)} inputs, {len(arrays)} example inputs given")
+        return {v.name: a for v, a in zip(graph.inputs, arrays)}
