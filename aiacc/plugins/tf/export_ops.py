@@ -85,7 +85,8 @@ def _tf_unary():
         "LeakyRelu": lambda n, x: t.nn.leaky_relu(x, alpha=float(n.attr("alpha"))),
         "Elu": lambda n, x: t.nn.elu(x) if float(n.attr("alpha")) == 1.0 else
         t.where(x > 0, x, float(n.attr("alpha")) * t.math.expm1(x)),
-        "Selu": lambda n, x: float(n.attr("gamma")) * t.where(x > 0, x, float(n.attr("alpha")) * t.math.expm1(x)),
+        "Selu": lambda n, x: t.nn.selu(x) if abs(float(n.attr("alpha")) - 1.6732632423543772) < 1e-6 and
+        abs(float(n.attr("gamma")) - 1.0507009873554805) < 1e-6 else float(n.attr("gamma")) * t.where(x > 0, x, float(n.attr("alpha")) * t.math.expm1(x)),
         "Gelu": lambda n, x: t.nn.gelu(x, approximate=n.attr("approximate") == "tanh"),
         "HardSigmoid": lambda n, x: t.clip_by_value(float(n.attr("alpha")) * x + float(n.attr("beta")), 0.0, 1.0),
         "HardSwish": lambda n, x: x * t.nn.relu6(x + 3.0) / 6.0,
@@ -707,3 +708,74 @@ def _tf_opaque(ex, node):
     outs = rebuild_node(nd, [t.dtype.as_datatype_enum for t in inputs], inputs, len(node.outputs))
     for v, o in zip(node.outputs, outs):
         ex.set(v, o)
+
+
+# ------------------------------------------------------------------------------------------ aiacc fused ops
+def _activation(node, y):
+    """The fused activation of an aiacc op, with the TF op Grappler fuses where there is one."""
+    tfm = tf()
+    act = node.attr("activation") or ""
+    params = [float(p) for p in (node.attr("activation_params") or [])]
+    if not act:
+        return y
+    if act == "Relu":
+        return tfm.nn.relu(y)
+    if act == "Clip":
+        lo, hi = (params + [-np.inf, np.inf])[:2]
+        if lo == 0 and hi == 6:
+            return tfm.nn.relu6(y)
+        if lo == 0 and hi == np.inf:
+            return tfm.nn.relu(y)
+        return tfm.clip_by_value(y, lo, hi)
+    if act == "LeakyRelu":
+        return tfm.nn.leaky_relu(y, alpha=params[0] if params else 0.01)
+    if act == "Elu":
+        alpha = params[0] if params else 1.0
+        return tfm.nn.elu(y) if alpha == 1.0 else tfm.where(y > 0, y, alpha * tfm.math.expm1(y))
+    if act == "Sigmoid":
+        return tfm.math.sigmoid(y)
+    if act == "Tanh":
+        return tfm.math.tanh(y)
+    if act == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5])[:2]
+        return tfm.clip_by_value(alpha * y + beta, 0.0, 1.0)
+    if act == "HardSwish":
+        return y * tfm.nn.relu6(y + 3.0) / 6.0
+    if act in ("Gelu", "GeluTanh"):
+        return tfm.nn.gelu(y, approximate=act == "GeluTanh")
+    raise UnsupportedError(f"node {node.name} ({node.qualified_op}): activation {act!r} has no TF lowering")
+
+
+@emits("FusedConv", domain="aiacc")
+def _fused_conv(ex, node):
+    """Conv2D + BiasAdd (+ Add residual) + activation: the chain Grappler's remapper turns into _FusedConv2D."""
+    tfm = tf()
+    ins = list(node.inputs) + [None] * 4
+    x_v, w_v, b_v, r_v = ins[:4]
+    w = _conv_weight(ex, node, w_v)
+    bias = ex.const(b_v) if b_v is not None else None
+    if b_v is not None and bias is None:
+        raise UnsupportedError(f"node {node.name} (aiacc::FusedConv): the TF exporter needs a constant bias")
+    y = conv2d_nhwc(ex, node, x_v, w, bias)
+    if r_v is not None:
+        c = ex.const(r_v)
+        y = tfm.math.add(y, tfm.constant(const_to_nhwc(c)) if c is not None else ex.nhwc(r_v))
+    ex.set(node.outputs[0], _activation(node, y), True)
+
+
+@emits("FusedGemm", domain="aiacc")
+def _fused_gemm(ex, node):
+    """MatMul + BiasAdd + activation (Grappler fuses it into _FusedMatMul)."""
+    tfm = tf()
+    a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
+    y = tfm.linalg.matmul(a, b, transpose_a=bool(node.attr("transA")), transpose_b=bool(node.attr("transB")))
+    alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
+    if alpha != 1.0:
+        y = y * alpha
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        c = ex.const(node.inputs[2])
+        if c is not None and c.ndim == 1:
+            y = tfm.nn.bias_add(y, tfm.constant((c * beta).astype(c.dtype)))
+        else:
+            y = y + beta * ex.std(node.inputs[2])
+    ex.set(node.outputs[0], _activation(node, y))

@@ -60,10 +60,19 @@ def input_specs(graph: Graph) -> list:
 def export_graph(graph: Graph) -> Any:
     """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure."""
     tfm = tf()
-    for node in graph:
-        if not has_emitter(node) and not _decomposable(node):
-            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
     graph = graph.copy()
+    for node in graph.nodes:
+        if has_emitter(node):
+            continue
+        if node.domain == "aiacc":  # a fused op TF has no fused form for: emit the ops it stands for
+            from aiacc.core.ops.fused import decompose
+
+            for n in decompose(node, graph):
+                if not has_emitter(n):
+                    raise UnsupportedError(f"node {n.name} ({n.qualified_op}), from decomposing {node.name}, "
+                                           f"has no TensorFlow lowering")
+            continue
+        raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
     specs = input_specs(graph)
     structure = graph.meta.get("tf_output_structure")
 
@@ -97,16 +106,6 @@ def _module_name(name: str) -> str:
     return clean if clean[0].isalpha() else "m_" + clean
 
 
-def _decomposable(node: Node) -> bool:
-    if node.domain != "aiacc":
-        return False
-    try:
-        from aiacc.core.ops import fused  # noqa: F401
-    except ImportError:
-        return False
-    return hasattr(fused, "decompose")
-
-
 # ------------------------------------------------------------------------------------------ the emitter
 class Emitter:
     """Walks the IR in order, building TF ops inside the tf.function being traced."""
@@ -128,22 +127,8 @@ class Emitter:
         if fn is None and node.domain == "tf":
             fn = _EMITTERS[("tf", "*")]
         if fn is None:
-            self.emit_decomposed(node)
-            return
+            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
         fn(self, node)
-
-    def emit_decomposed(self, node: Node) -> None:
-        """An aiacc fused op without a TF lowering: emit the ops it is defined by."""
-        from aiacc.core.ops.fused import decompose
-
-        sub = decompose(node)
-        inner = Emitter(sub)
-        for v, outer in zip(sub.inputs, [v for v in node.inputs if v is not None]):
-            inner.env[id(v)] = self.env_entry(outer)
-        for n in sub:
-            inner.emit(n)
-        for v, o in zip(node.outputs, sub.outputs):
-            self.env[id(v)] = inner.env_entry(o)
 
     # -- values -------------------------------------------------------------------------------------
     def env_entry(self, v: Value) -> tuple[Any, bool]:

@@ -447,11 +447,16 @@ def node_def_graph(nd, in_dtypes: list[int]):
 def rebuild_node(nd, in_dtypes: list[int], inputs: list, n_out: int) -> list:
     """Recreate a NodeDef in the current (function) graph, reading `inputs`; returns its outputs."""
     tfm = tf()
-    gd = node_def_graph(nd, in_dtypes)
-    names = [f"{nd.name}:{k}" for k in range(n_out)]
-    outs = tfm.graph_util.import_graph_def(gd, input_map={f"in{k}": x for k, x in enumerate(inputs)},
-                                           return_elements=names, name="aiacc_opaque")
-    return list(outs)
+    graph = tfm.compat.v1.get_default_graph()
+    try:
+        op = graph._create_op_internal(nd.op, list(inputs), dtypes=None, name=nd.name,  # noqa: SLF001
+                                       attrs={k: v for k, v in nd.attr.items()})
+        return list(op.outputs)
+    except (AttributeError, TypeError):  # a TF without the private entry point: go through a GraphDef
+        gd = node_def_graph(nd, in_dtypes)
+        names = [f"{nd.name}:{k}" for k in range(n_out)]
+        return list(tfm.graph_util.import_graph_def(gd, input_map={f"in{k}": x for k, x in enumerate(inputs)},
+                                                    return_elements=names, name="aiacc_opaque"))
 
 
 def _eager_kernel(nd, in_dtypes: list[int], n_out: int) -> Callable:
@@ -463,7 +468,8 @@ def _eager_kernel(nd, in_dtypes: list[int], n_out: int) -> Callable:
         fn = cache.get(key)
         if fn is None:
             specs = [tfm.TensorSpec(a.shape, tfm.as_dtype(a.dtype)) for a in arrays]
-            fn = tfm.function(lambda *xs: rebuild_node(nd, in_dtypes, list(xs), n_out)).get_concrete_function(*specs)
+            fn = tfm.function(lambda *xs: rebuild_node(nd, in_dtypes, list(xs), n_out),
+                              autograph=False).get_concrete_function(*specs)
             cache[key] = fn
         try:
             outs = fn(*[tfm.constant(a) for a in arrays])

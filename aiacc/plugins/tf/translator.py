@@ -41,6 +41,11 @@ class TFTranslator(Translator):
 
         if _is_keras_model(model):
             out = model(xs[0] if len(xs) == 1 else xs, training=False)
+        elif isinstance(model, tfm.types.experimental.ConcreteFunction) and \
+                not model.structured_input_signature[0] and model.structured_input_signature[1]:
+            # a SavedModel serving signature takes keyword arguments only (flattened in key order)
+            names = sorted(model.structured_input_signature[1])
+            out = model(**{k: tfm.convert_to_tensor(x) for k, x in zip(names, xs)})
         else:
             out = model(*xs)
         return [np.asarray(o) for o in tfm.nest.flatten(out)]

@@ -1,0 +1,166 @@
+"""TensorFlow test models, built in code with fixed seeds (no downloads).
+
+Every builder returns (model, example_inputs). Input sizes are small (64x64 images, 16-token sequences)
+so that a forward pass takes milliseconds on 2 cores. Batch-norm statistics are randomized so that a
+translation that mixes up scale, offset, mean or variance shows in the outputs. Builders are cached:
+tests in one process share one ResNet50.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def _keras():
+    import keras
+
+    return keras
+
+
+def randomize_batchnorm(model, seed: int = 0) -> None:
+    """Give every BatchNormalization layer random gamma, beta, moving mean and variance (>0)."""
+    keras = _keras()
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            if not (layer.scale and layer.center):
+                raise ValueError(f"{layer.name}: expected gamma and beta")
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape).astype(gamma.dtype),
+                               (0.1 * rng.standard_normal(beta.shape)).astype(beta.dtype),
+                               (0.1 * rng.standard_normal(mean.shape)).astype(mean.dtype),
+                               rng.uniform(0.5, 1.5, var.shape).astype(var.dtype)])
+
+
+def _image(batch=2, size=64, channels=3, seed=0):
+    return np.random.default_rng(seed).random((batch, size, size, channels), dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def resnet50():
+    """keras.applications.ResNet50, random weights, 64x64 input, logits out."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classifier_activation=None)
+    randomize_batchnorm(model, 1)
+    return model, _image()
+
+
+@functools.lru_cache(maxsize=None)
+def mobilenet_v2():
+    """keras.applications.MobileNetV2 (depthwise convs, Relu6, ZeroPadding), random weights, 64x64."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3), classifier_activation=None,
+                                            alpha=0.5)
+    randomize_batchnorm(model, 2)
+    return model, _image(seed=1)
+
+
+@functools.lru_cache(maxsize=None)
+def bert_encoder(layers: int = 2, vocab: int = 100, seq: int = 16, dim: int = 32, heads: int = 4):
+    """A BERT-style encoder: token + position embeddings, `layers` x (MultiHeadAttention, Add+LayerNorm,
+    Dense-gelu-Dense feed-forward, Add+LayerNorm), dropout (identity at inference)."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((seq,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(vocab, dim, name="tok_embed")(tokens)
+    pos = keras.layers.Embedding(seq, dim, name="pos_embed")(keras.ops.arange(seq))
+    x = keras.layers.LayerNormalization(epsilon=1e-6, name="embed_ln")(x + pos)
+    for i in range(layers):
+        a = keras.layers.MultiHeadAttention(heads, dim // heads, dropout=0.1, name=f"mha{i}")(x, x)
+        a = keras.layers.Dropout(0.1)(a)
+        x = keras.layers.LayerNormalization(epsilon=1e-6, name=f"ln{i}a")(x + a)
+        f = keras.layers.Dense(4 * dim, activation="gelu", name=f"ffn{i}a")(x)
+        f = keras.layers.Dense(dim, name=f"ffn{i}b")(f)
+        x = keras.layers.LayerNormalization(epsilon=1e-6, name=f"ln{i}b")(x + keras.layers.Dropout(0.1)(f))
+    model = keras.Model(tokens, x, name="bert_encoder")
+    ids = np.random.default_rng(3).integers(0, vocab, (2, seq)).astype(np.int32)
+    return model, ids
+
+
+@functools.lru_cache(maxsize=None)
+def mlp():
+    """A Keras MLP: Dense-relu, Dropout, Dense-tanh, Dense-softmax."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dropout(0.5), keras.layers.Dense(32, activation="tanh"),
+                              keras.layers.Dense(10, activation="softmax")], name="mlp")
+    return model, np.random.default_rng(4).standard_normal((3, 20)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def small_cnn():
+    """A small functional CNN covering layout-sensitive layers the applications do not: SAME and strided
+    convs, separable conv, AveragePooling2D / MaxPooling2D with SAME padding, Concatenate on channels,
+    elu / selu / sigmoid / leaky relu, Flatten and a Dense head."""
+    keras = _keras()
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    inp = keras.Input((24, 24, 3), name="image")
+    a = L.Conv2D(8, 3, padding="same", activation="elu")(inp)
+    b = L.Conv2D(8, 5, strides=2, padding="same")(inp)
+    b = L.ZeroPadding2D(((0, 12), (12, 0)))(b)
+    x = L.Concatenate()([a, b])
+    x = L.BatchNormalization()(x)
+    x = L.LeakyReLU(0.2)(x)
+    x = L.AveragePooling2D(3, strides=2, padding="same")(x)
+    x = L.SeparableConv2D(12, 3, padding="same", activation="selu")(x)
+    x = L.MaxPooling2D(2, padding="same")(x)
+    x = L.Conv2D(6, 1, activation="sigmoid")(x)
+    x = L.Flatten()(x)
+    x = L.Dense(5)(x)
+    model = keras.Model(inp, x, name="small_cnn")
+    randomize_batchnorm(model, 5)
+    return model, np.random.default_rng(5).standard_normal((2, 24, 24, 3)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def mlp_module():
+    """A tf.Module whose __call__ is a tf.function with an input signature (no Keras)."""
+    tf = _tf()
+    rng = np.random.default_rng(6)
+
+    class MLPModule(tf.Module):
+        def __init__(self):
+            super().__init__(name="mlp_module")
+            self.w1 = tf.Variable(rng.standard_normal((8, 16)).astype(np.float32))
+            self.b1 = tf.Variable(rng.standard_normal(16).astype(np.float32))
+            self.w2 = tf.Variable(rng.standard_normal((16, 4)).astype(np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+        def __call__(self, x):
+            h = tf.nn.relu(tf.matmul(x, self.w1) + self.b1)
+            return tf.nn.softmax(tf.matmul(h, self.w2))
+
+    return MLPModule(), rng.standard_normal((5, 8)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def opaque_function():
+    """A tf.function using Cumsum, which aiacc does not translate: it stays an opaque node."""
+    tf = _tf()
+    rng = np.random.default_rng(7)
+    w = tf.constant(rng.standard_normal((6, 6)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32)])
+    def with_cumsum(x):
+        h = tf.nn.relu(tf.matmul(x, w))
+        return tf.math.cumsum(h, axis=1) * 0.5 + tf.tanh(h)
+
+    return with_cumsum, rng.standard_normal((4, 6)).astype(np.float32)
+
+
+TF_ZOO = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder, "mlp": mlp,
+          "small_cnn": small_cnn, "mlp_module": mlp_module, "opaque_function": opaque_function}
