@@ -117,6 +117,25 @@ def _attr_value(a: AttributeProto, where: str) -> tuple[bool, Any]:
     return False, None
 
 
+def _merge_types(ours: TensorType | None, theirs: TensorType | None) -> TensorType | None:
+    """Our inferred type, with what ONNX's shape inference or the model's value_info knows filling the gaps
+    (dims we could not infer, or the whole type of an opaque node's output)."""
+    if theirs is None:
+        return ours
+    if theirs.shape is not None:  # symbols onnx's inference invents ("unk__0") carry no information
+        theirs = TensorType(theirs.dtype, tuple(None if isinstance(d, str) and d.startswith("unk__") else d
+                                                for d in theirs.shape))
+    if ours is None:
+        return theirs
+    dtype = ours.dtype or theirs.dtype
+    shape = ours.shape
+    if shape is None:
+        shape = theirs.shape
+    elif theirs.shape is not None and len(theirs.shape) == len(shape):
+        shape = tuple(t if o is None else o for o, t in zip(shape, theirs.shape))
+    return TensorType(dtype, shape)
+
+
 class _Importer:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
@@ -215,13 +234,11 @@ class _Importer:
             except AiaccError as e:
                 raise type(e)(f"{e} [{where}]") from e
         for v, t in zip(node.outputs, types):
-            if (t is None or t.shape is None or t.dtype is None) and v.name in self.value_info:
+            if v.name in self.value_info:
                 try:
-                    t2 = _type_from_proto(self.value_info[v.name], where)
+                    t = _merge_types(t, _type_from_proto(self.value_info[v.name], where))
                 except UnsupportedError:
-                    t2 = None
-                if t2 is not None and (t is None or t.shape is None or t2.shape is not None):
-                    t = TensorType(t2.dtype or (t.dtype if t else None), t2.shape)
+                    pass
             v.type = t
 
     # -- opset upgrades ----------------------------------------------------------------------------
