@@ -274,27 +274,39 @@ class Exporter:
         x = node.inputs[0]
         shape = _static(x)
         kernel = list(node.attr("kernel_shape"))
-        if shape is None or len(shape) != 4 or len(kernel) != 2:
-            raise self.unsupported(node, "Caffe pools 4-d inputs with static shapes over 2 axes")
-        strides, dilations, pads = window_params(shape[2:], kernel, node.attrs)
+        if len(kernel) != 2 or (x.shape is not None and len(x.shape) != 4):
+            raise self.unsupported(node, "Caffe pools 4-d inputs over 2 axes")
+        ceil = bool(node.attr("ceil_mode"))
+        is_ave = method == pb.PoolingParameter.AVE
+        if shape is None:
+            # unknown sizes (after an opaque layer): only the form the importer writes is known to match
+            if (node.attr("auto_pad") or "NOTSET") != "NOTSET":
+                raise self.unsupported(node, "auto_pad on an input of unknown size")
+            strides = list(node.attr("strides") or [1, 1])
+            dilations = list(node.attr("dilations") or [1, 1])
+            pads = list(node.attr("pads") or [0] * 4)
+            if pads[:2] != pads[2:] or (is_ave and any(pads) and not node.attr("count_include_pad")):
+                raise self.unsupported(node, f"pads {pads} on an input of unknown size")
+            round_mode = pb.PoolingParameter.CEIL if ceil else pb.PoolingParameter.FLOOR
+        else:
+            strides, dilations, pads = window_params(shape[2:], kernel, node.attrs)
+            want = [conv_output_size(shape[2 + i], kernel[i], strides[i], pads[i], pads[2 + i], 1, ceil)
+                    for i in range(2)]
+            round_mode = pb.PoolingParameter.CEIL
+            got = [caffe_pool_size(shape[2 + i], kernel[i], strides[i], pads[i]) for i in range(2)]
+            if got != want:
+                floor = [caffe_pool_size(shape[2 + i], kernel[i], strides[i], pads[i], ceil=False) for i in range(2)]
+                if floor != want:
+                    raise self.unsupported(node, f"pads {pads} give {want} outputs, Caffe's symmetric padding {got}")
+                round_mode = pb.PoolingParameter.FLOOR
+            if is_ave:
+                if pads[:2] != pads[2:]:
+                    raise self.unsupported(node, f"average pooling with asymmetric pads {pads}")
+                if any(pads) and not node.attr("count_include_pad"):
+                    raise self.unsupported(node, "Caffe's average pooling counts the padding (count_include_pad=0)")
         if any(d != 1 for d in dilations):
             raise self.unsupported(node, "dilated pooling")
-        ceil = bool(node.attr("ceil_mode"))
-        want = [conv_output_size(shape[2 + i], kernel[i], strides[i], pads[i], pads[2 + i], 1, ceil) for i in range(2)]
         begin = pads[:2]
-        is_ave = method == pb.PoolingParameter.AVE
-        round_mode = pb.PoolingParameter.CEIL
-        got = [caffe_pool_size(shape[2 + i], kernel[i], strides[i], begin[i]) for i in range(2)]
-        if got != want:
-            floor = [caffe_pool_size(shape[2 + i], kernel[i], strides[i], begin[i], ceil=False) for i in range(2)]
-            if floor != want:
-                raise self.unsupported(node, f"pads {pads} give {want} outputs, Caffe's symmetric padding {got}")
-            round_mode = pb.PoolingParameter.FLOOR
-        if is_ave:
-            if pads[:2] != pads[2:]:
-                raise self.unsupported(node, f"average pooling with asymmetric pads {pads}")
-            if any(pads) and not node.attr("count_include_pad"):
-                raise self.unsupported(node, "Caffe's average pooling counts the padding (count_include_pad=0)")
         layer = self.add_layer("Pooling", node, [x], node.outputs[:1])
         p = layer.pooling_param
         p.pool = method
