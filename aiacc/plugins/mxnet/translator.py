@@ -102,6 +102,11 @@ def _from_symbol(sym, args, aux, example_inputs, options) -> tuple[MXNetModel, l
     return m, _input_names(m, example_inputs, options.get("input_names"))
 
 
+def _readers(m: MXNetModel, name: str) -> str:
+    readers = [n.describe() for n in m.symbol.nodes if any(m.symbol.nodes[i].name == name for i, _ in n.inputs)]
+    return ", ".join(readers) or "an output"
+
+
 def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] | None) -> list[str]:
     free = m.free_variables()
     if isinstance(example_inputs, Mapping):
@@ -110,18 +115,12 @@ def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] 
         names = list(input_names)
     else:
         n = len(example_arrays(example_inputs)) if example_inputs is not None else None
-        if n is not None and n < len(free):
-            missing = ", ".join(repr(v) for v in free[n:])
-            raise UnsupportedError(f"{m.source}: {len(free)} variables have no parameter value ({', '.join(free)}) "
-                                   f"but {n} example input(s) were given: missing parameters {missing} (or pass "
-                                   f"input_names=)")
         names = free if n is None else free[:n]
     for name in free:
         if name not in names:
-            readers = [n.describe() for n in m.symbol.nodes
-                       if any(m.symbol.nodes[i].name == name for i, _ in n.inputs)]
-            raise UnsupportedError(f"{m.source}: variable {name!r} (read by {', '.join(readers) or 'an output'}) has "
-                                   f"no value in the parameters and is not a model input: a parameter is missing")
+            raise UnsupportedError(f"{m.source}: variable {name!r} (read by {_readers(m, name)}) has no value in "
+                                   f"the parameters and is not a model input (inputs: {', '.join(names) or 'none'}): "
+                                   f"a parameter is missing")
     return names
 
 
