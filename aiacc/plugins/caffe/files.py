@@ -32,8 +32,8 @@ def load_graph(path: str, *, weights: str | None = None, **_: Any) -> Graph:
 
 
 def optimize_file(path: str, out: str, *, weights: str | None = None, level: int = 2, passes: Any = None,
-                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any) -> list[str]:
-    """Optimize a Caffe net and write OUT.prototxt and OUT.caffemodel; returns the written paths.
+                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any):
+    """Optimize a Caffe net and write OUT.prototxt and OUT.caffemodel; returns the pass report.
 
     With verify, the original and the optimized net run on random inputs (reference executor) and must
     agree within 1e-4 relative."""
@@ -51,4 +51,4 @@ def optimize_file(path: str, out: str, *, weights: str | None = None, level: int
     os.makedirs(os.path.dirname(os.path.abspath(base)) or ".", exist_ok=True)
     prototxt, caffemodel = base + ".prototxt", base + ".caffemodel"
     fast.save(prototxt, caffemodel)
-    return [prototxt, caffemodel]
+    return getattr(fast, "aiacc_report", None)

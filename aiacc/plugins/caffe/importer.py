@@ -635,7 +635,7 @@ def _eltwise(ctx: _LayerContext) -> list[Value]:
             raise ctx.fail(f"{len(coeffs)} coefficients for {len(xs)} bottoms")
         for i, c in enumerate(coeffs):
             if c != 1.0:
-                xs[i] = ctx.inner("Mul", xs[i], ctx.scalar(c, f"coeff{i}"), sub=f"coeff{i}")
+                xs[i] = ctx.inner("Mul", xs[i], ctx.scalar(c, f"coeff{i}"), sub=f"scaled{i}")
         kind = "Add" if len(xs) == 2 else "Sum"
     elif op == pb.EltwiseParameter.PROD:
         while len(xs) > 2:
@@ -798,7 +798,7 @@ def _power(ctx: _LayerContext) -> list[Value]:
         c = ctx.scalar(value, what)
         if i == len(steps) - 1:
             return ctx.final(op, v, c)
-        v = ctx.inner(op, v, c, sub=what)
+        v = ctx.inner(op, v, c, sub=f"{what}d")
     raise AssertionError("unreachable")
 
 
