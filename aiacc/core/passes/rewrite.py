@@ -21,7 +21,8 @@ returns the value(s) that replace the root's outputs. The engine then erases the
 unused and gives each replacement value the name of the value it replaced (graph outputs keep their
 names). `rule.explain(graph, node)` returns why the rule does not fire at a node, for tests and debugging.
 
-A `RuleSet` is a list of rules (`a + b` composes two) that runs as an ordinary pass, to a fixed point.
+A `RuleSet` is a list of rules (`a + b` composes two) that runs as an ordinary pass, to a fixed point,
+visiting nodes from the outputs back (so the longest match wins over a match inside it).
 """
 from __future__ import annotations
 
@@ -506,7 +507,9 @@ class RuleSet:
         total = 0
         for _ in range(self.max_iterations):
             changed = 0
-            for node in graph.nodes:
+            # consumers first: a rule rooted at the last op of a chain sees the longest match before a
+            # rule rooted inside the chain can take part of it
+            for node in reversed(graph.nodes):
                 if node._erased:
                     continue
                 for r in by_op.get(node.op, ()):

@@ -1,0 +1,56 @@
+"""GELU recognized from its decomposed erf and tanh forms."""
+from __future__ import annotations
+
+import math
+
+from aiacc.core.passes.manager import register_pass
+from aiacc.core.passes.rewrite import Op, RewritePass, Rule, Scalar, Var
+
+X = Var("x")
+
+
+def _outer_forms(one_plus):
+    """The three ways exporters associate 0.5 * x * (1 + f)."""
+    return [
+        Op("Mul", Op("Mul", X, Scalar(0.5)), one_plus, name="y"),
+        Op("Mul", Op("Mul", X, one_plus), Scalar(0.5), name="y"),
+        Op("Mul", X, Op("Mul", one_plus, Scalar(0.5)), name="y"),
+    ]
+
+
+# erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
+_ERF_ARGS = [Op("Div", X, Scalar(math.sqrt(2.0))), Op("Mul", X, Scalar(1 / math.sqrt(2.0)))]
+ERF_PATTERNS = [p for arg in _ERF_ARGS for p in _outer_forms(Op("Add", Op("Erf", arg), Scalar(1.0)))]
+
+# tanh form: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+_CUBES = [Op("Pow", X, Scalar(3.0)), Op("Mul", Op("Mul", X, X), X), Op("Mul", X, Op("Mul", X, X))]
+_C = math.sqrt(2.0 / math.pi)
+
+
+def _tanh_arg(cube):
+    return Op("Mul", Op("Add", X, Op("Mul", cube, Scalar(0.044715))), Scalar(_C))
+
+
+TANH_PATTERNS = [p for cube in _CUBES for p in _outer_forms(Op("Add", Op("Tanh", _tanh_arg(cube)), Scalar(1.0)))]
+
+
+def _check(m):
+    if m["x"].dtype is None or m["x"].dtype not in ("float16", "float32", "float64"):
+        return f"%{m['x'].name} is not a floating-point tensor"
+
+
+gelu_erf = Rule("gelu_erf", ERF_PATTERNS, lambda m, b: b.op("Gelu", m["x"], name=m.root.name), _check,
+                doc="0.5 * x * (1 + erf(x / sqrt 2)) is Gelu(x).")
+gelu_tanh = Rule("gelu_tanh", TANH_PATTERNS,
+                 lambda m, b: b.op("Gelu", m["x"], approximate="tanh", name=m.root.name), _check,
+                 doc="0.5 * x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) is Gelu(x, approximate=tanh).")
+
+RULES = [gelu_erf, gelu_tanh]
+
+register_pass(RewritePass("gelu_recognition", RULES, level=2, doc="""
+Recognize GELU written out of elementwise ops (the erf form and the tanh approximation, in the
+associations exporters produce, constants matched within 0.1%) and replace it by one Gelu op.
+
+Assumes: the constants are the GELU constants (0.5, 1, sqrt 2 or 1/sqrt 2; sqrt(2/pi), 0.044715, 3).
+Guarantees: the same function; Gelu's kernel computes in float64, so results agree to float rounding.
+""".strip()))
