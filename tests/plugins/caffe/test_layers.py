@@ -154,3 +154,36 @@ def test_train_only_layers_are_left_out():
                'include { phase: TRAIN } }')
     model = CaffeModel.from_text(text)
     assert model.outputs == ["r"] and [n.op for n in model.graph] == ["Relu"]
+
+
+def test_untranslatable_configuration_stays_opaque_with_the_reason():
+    text = net('layer { name: "p" type: "Pooling" bottom: "data" top: "p" '
+               'pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 } }')
+    model = CaffeModel.from_text(text)
+    (node,) = model.graph.nodes
+    assert node.domain == "caffe" and node.op == "Pooling" and "STOCHASTIC" in node.attrs["reason"]
+    with pytest.raises(aiacc.errors.KernelError, match="'p'.*STOCHASTIC pooling"):
+        model.forward(data=np.zeros((1, 4, 7, 7), np.float32))
+    again = aiacc.plugins.caffe.export(aiacc.trace(model))
+    assert again.layer("p").SerializeToString() == model.layer("p").SerializeToString()
+
+
+def test_inner_product_transpose(tmp_path):
+    # Caffe stores a transposed InnerProduct's weights as (K, N) and computes x @ W. OpenCV 4.11 ignores
+    # `transpose` (it reads the blob as (N, K)), so check against numpy; the exporter writes (N, K)
+    # weights without the flag, which OpenCV then runs correctly.
+    text = net('layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+               'inner_product_param { num_output: 5 transpose: true } }', (2, 3, 2, 2))
+    model = CaffeModel.from_text(text).fill_random()
+    w, b = (model.graph.initializers[k].const for k in ("ip/weights", "ip/bias"))
+    assert w.shape == (12, 5)
+    x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    expected = x.reshape(2, 12) @ w + b
+    np.testing.assert_allclose(model.forward(data=x)["ip"], expected, rtol=1e-5, atol=1e-6)
+    exported = aiacc.plugins.caffe.export(aiacc.trace(model))
+    assert not exported.layer("ip").inner_product_param.transpose
+    prototxt, caffemodel = str(tmp_path / "t.prototxt"), str(tmp_path / "t.caffemodel")
+    exported.save(prototxt, caffemodel)
+    cv = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
+    cv.setInput(x)
+    np.testing.assert_allclose(cv.forward(), expected, rtol=1e-4, atol=1e-5)
