@@ -23,7 +23,7 @@ from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops.nn import window_params
 from aiacc.core.ops.shape_utils import conv_output_size
 from aiacc.errors import UnsupportedError
-from aiacc.plugins.caffe import caffe_pb2 as pb
+from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.importer import OPAQUE_DOMAIN
 from aiacc.plugins.caffe.proto import array_to_blob
 

@@ -21,7 +21,7 @@ from google.protobuf import text_format
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.errors import AiaccError, GraphError, KernelError, ParseError, ShapeError
-from aiacc.plugins.caffe import caffe_pb2 as pb
+from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import blob_shape, blob_to_array, layer_phase_ok, legacy_inputs
 
 OPAQUE_DOMAIN = "caffe"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.errors import ShapeError
-from aiacc.plugins.caffe import caffe_pb2 as pb
+from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import (array_to_blob, merge_weights, parse_caffemodel, parse_prototxt,
                                        read_caffemodel, read_prototxt, to_prototxt)
 

@@ -7,7 +7,8 @@ and committed (so users need no protoc). To regenerate after editing caffe.proto
     /tmp/protoc/bin/python -m grpc_tools.protoc -I. --python_out=. aiacc/plugins/caffe/caffe.proto
 
 The generated module needs a protobuf runtime of the same major version as the protoc that wrote it
-(grpcio-tools 1.85 writes 7.x gencode, which the installed protobuf 7.x runtime accepts).
+(grpcio-tools 1.85 writes 7.x gencode, which the installed protobuf 7.x runtime accepts); with another
+major, schema.py builds the same classes from the descriptor embedded in caffe_pb2.py.
 
 This module also normalizes what older files say in other ways: legacy V1 `layers` are upgraded to V2
 `layer`s, legacy net-level `input`/`input_shape`/`input_dim` fields are read as inputs, and blobs with the
@@ -23,7 +24,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from aiacc.errors import ParseError, UnsupportedError
-from aiacc.plugins.caffe import caffe_pb2 as pb
+from aiacc.plugins.caffe.schema import pb
 
 NetParameter = pb.NetParameter
 LayerParameter = pb.LayerParameter

@@ -106,3 +106,15 @@ def test_wrong_forward_inputs():
         model.forward(data=np.zeros((2, 1, 27, 28), np.float32))
     with pytest.raises(ShapeError, match="no input named 'image'"):
         model.forward(image=np.zeros((2, 1, 28, 28), np.float32))
+
+
+def test_schema_builds_without_the_generated_module():
+    # the fallback used when caffe_pb2's protobuf version check fails: same schema, same wire format
+    from google.protobuf import text_format
+
+    from aiacc.plugins.caffe.schema import _from_source, pb
+
+    alt = _from_source()
+    net = text_format.Parse(zoo.LENET, alt.NetParameter())
+    assert net.layer[2].pooling_param.pool == alt.PoolingParameter.MAX and alt.TEST == pb.TEST == 1
+    assert pb.NetParameter.FromString(net.SerializeToString()) == text_format.Parse(zoo.LENET, pb.NetParameter())
