@@ -185,24 +185,29 @@ def infer_resize(ctx: InferContext):
     sizes = ctx.const(3) if ctx.has_input(3) else None
     if (ctx.has_input(2) and scales is None) or (ctx.has_input(3) and sizes is None):
         return [TensorType(ctx.dtype(0), (None,) * len(s))]
+    rank = len(s)
     try:
-        rank = len(s)
         axes = list(range(rank)) if ctx.attrs["axes"] is None else \
             [normalize_axis(a, rank) for a in ctx.attrs["axes"]]
-        if any(not isinstance(s[a], int) for a in axes):
-            # symbolic sizes survive only on the axes that are not resized
-            out = list(s)
-            for a in axes:
+        if all(isinstance(s[a], int) for a in axes):
+            concrete = [d if isinstance(d, int) else 1 for d in s]
+            _, _, out = resize_plan(concrete, scales, sizes, ctx.attrs["axes"], ctx.attrs["keep_aspect_ratio_policy"])
+            return [TensorType(ctx.dtype(0), tuple(o if a in axes else d for a, (o, d) in enumerate(zip(out, s))))]
+        # a symbolic axis survives where its scale is 1; sizes fix a dimension outright (stretch policy)
+        out = list(s)
+        use_sizes = sizes is not None and sizes.size
+        values = (sizes if use_sizes else scales).reshape(-1)
+        if len(values) != len(axes):
+            raise ValueError(f"{'sizes' if use_sizes else 'scales'} has {len(values)} entries for {len(axes)} axes")
+        for a, val in zip(axes, values):
+            if use_sizes:
+                out[a] = int(val) if ctx.attrs["keep_aspect_ratio_policy"] == "stretch" else None
+            elif isinstance(s[a], int):
+                out[a] = int(math.floor(float(val) * s[a]))
+            elif float(val) != 1.0:
                 out[a] = None
-            if sizes is not None and sizes.size and ctx.attrs["keep_aspect_ratio_policy"] == "stretch":
-                for a, v in zip(axes, sizes.reshape(-1)):
-                    out[a] = int(v)
-            return [TensorType(ctx.dtype(0), tuple(out))]
-        concrete = [d if isinstance(d, int) else 1 for d in s]
-        _, _, out = resize_plan(concrete, scales, sizes, ctx.attrs["axes"], ctx.attrs["keep_aspect_ratio_policy"])
     except ValueError as e:
         raise ctx.fail(str(e)) from None
-    out = [o if a in axes else d for a, (o, d) in enumerate(zip(out, s))]
     return [TensorType(ctx.dtype(0), tuple(out))]
 
 
