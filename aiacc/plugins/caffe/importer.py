@@ -116,6 +116,7 @@ class Importer:
             raise GraphError(f"{self.where}: the net has no output (every blob is read by a later layer)")
         self.g.outputs = [self.blobs[b] for b in outputs]
         self.g.meta["caffe_outputs"] = outputs
+        self.g.meta["caffe_blobs"] = {b: v.name for b, v in self.blobs.items()}  # each blob's final value
         self.g.verify()
         return self.g
 

@@ -113,6 +113,14 @@ class CaffeModel:
 
         g = self.graph
         feeds = self.feeds(args if args else inputs)
+        if self.outputs != g.meta["caffe_outputs"]:
+            # outputs chosen by the exporter (e.g. a blob other layers also read): make them graph outputs
+            blobs = g.meta["caffe_blobs"]
+            missing = [b for b in self.outputs if b not in blobs]
+            if missing:
+                raise ShapeError(f"net {self.name!r} has no blob {missing[0]!r} to output")
+            g = g.copy()
+            g.outputs = [g.value(blobs[b]) for b in self.outputs]
         results = run(g, feeds)
         return {blob: results[v.name] for blob, v in zip(self.outputs, g.outputs)}
 

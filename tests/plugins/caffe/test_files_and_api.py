@@ -54,3 +54,27 @@ def test_cli_inspect_dump_and_optimize_a_prototxt(tmp_path, capsys):
     assert "Split<slice>" in text and "Concat<fire2/concat>" in text
     assert cli.main(["optimize", prototxt, "-o", str(tmp_path / "o.prototxt"), "-q"]) == 0
     assert CaffeModel.load(tmp_path / "o.prototxt", tmp_path / "o.caffemodel").outputs == ["prob", "side"]
+
+
+def test_an_intermediate_graph_output_survives_export():
+    # %c is a graph output that a later node also reads: Caffe would not list it as a net output, so the
+    # exported CaffeModel names its outputs explicitly
+    from aiacc.core import parse
+
+    g = parse("""
+    graph g(%x: float32[1,2,4,4]) {
+      %w: float32[2,2,1,1] = const [1.0, 0.5, -0.5, 2.0]
+      %c: float32[1,2,4,4] = Conv<c>(%x, %w)
+      %r: float32[1,2,4,4] = Relu<r>(%c)
+      %s: float32[1,2,4,4] = Sigmoid<s>(%c)
+      return %r, %c, %s
+    }""")
+    model = aiacc.plugins.caffe.export(g)
+    assert model.outputs == ["r", "c", "s"]
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    expected = aiacc.core.run(g, {"x": x})
+    got = model.forward(x=x)
+    for k in ("r", "c", "s"):
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-6, atol=1e-6)
+    # ReLU did not overwrite %c in place: the conv output is still needed
+    assert list(model.layer("r").top) == ["r"]
