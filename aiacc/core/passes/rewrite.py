@@ -76,7 +76,7 @@ def _bind(name: str | None, value: Any, b: dict, st: "_State", depth: int, what:
     if name in b:
         if b[name] is not value:
             st.fail(f"{what} %{getattr(value, 'name', value)} is not the same value as {name} "
-                    f"(%{getattr(b[name], 'name', b[name])})", depth)
+                    f"(%{getattr(b[name], 'name', b[name])})", depth, b)
             return None
         return b
     nb = dict(b)
@@ -92,12 +92,12 @@ class Var(Pattern):
 
     def _match(self, value, b, st, depth):
         if value is None:
-            st.fail(f"input {self.name or ''} is missing", depth)
+            st.fail(f"input {self.name or ''} is missing", depth, b)
             return
         if self.where is not None:
             ok = self.where(value)
             if ok is not True and ok is not None:
-                st.fail(ok if isinstance(ok, str) else f"%{value.name} fails the condition on {self.name}", depth)
+                st.fail(ok if isinstance(ok, str) else f"%{value.name} fails the condition on {self.name}", depth, b)
                 return
         nb = _bind(self.name, value, b, st, depth, "value")
         if nb is not None:
@@ -125,17 +125,17 @@ class Const(Pattern):
 
     def _match(self, value, b, st, depth):
         if value is None:
-            st.fail(f"constant {self.name or ''} is missing", depth)
+            st.fail(f"constant {self.name or ''} is missing", depth, b)
             return
         c = const_value(value)
         if c is None:
-            st.fail(f"%{value.name} is not a constant", depth)
+            st.fail(f"%{value.name} is not a constant", depth, b)
             return
         if self.where is not None:
             ok = self.where(c)
             if ok is not True and ok is not None:
                 st.fail(ok if isinstance(ok, str) else f"constant %{value.name} fails the condition on {self.name}",
-                        depth)
+                        depth, b)
                 return
         nb = _bind(self.name, value, b, st, depth, "constant")
         if nb is not None:
@@ -155,23 +155,23 @@ class Scalar(Const):
 
     def _match(self, value, b, st, depth):
         if value is None:
-            st.fail("scalar constant is missing", depth)
+            st.fail("scalar constant is missing", depth, b)
             return
         c = const_value(value)
         if c is None:
-            st.fail(f"%{value.name} is not a constant", depth)
+            st.fail(f"%{value.name} is not a constant", depth, b)
             return
         if c.size == 0 or c.dtype.kind not in "fiu":
-            st.fail(f"constant %{value.name} is not a number", depth)
+            st.fail(f"constant %{value.name} is not a number", depth, b)
             return
         flat = c.reshape(-1).astype(np.float64)
         if self.value is None:
             if c.size != 1:
-                st.fail(f"constant %{value.name} has {c.size} elements, not 1", depth)
+                st.fail(f"constant %{value.name} has {c.size} elements, not 1", depth, b)
                 return
         elif not np.allclose(flat, self.value, rtol=self.rtol, atol=0):
             st.fail(f"constant %{value.name} is {flat[0] if c.size == 1 else flat.tolist()[:4]}, "
-                    f"not {self.value}", depth)
+                    f"not {self.value}", depth, b)
             return
         nb = _bind(self.name, value, b, st, depth, "constant")
         if nb is not None:
@@ -201,36 +201,36 @@ class Op(Pattern):
 
     def _match(self, value, b, st, depth):
         if value is None:
-            st.fail(f"expected {self.describe()}, found an omitted input", depth)
+            st.fail(f"expected {self.describe()}, found an omitted input", depth, b)
             return
         node = value.producer
         if node is None:
             kind = "a constant" if value.const is not None else "a graph input"
-            st.fail(f"expected {self.describe()} to produce %{value.name}, it is {kind}", depth)
+            st.fail(f"expected {self.describe()} to produce %{value.name}, it is {kind}", depth, b)
             return
         if node.op not in self.ops or node.domain != self.domain:
             st.fail(f"expected {self.describe()} to produce %{value.name}, found {node.qualified_op}<{node.name}>",
-                    depth)
+                    depth, b)
             return
         if value.index != self.output:
-            st.fail(f"%{value.name} is output {value.index} of {node.name}, not output {self.output}", depth)
+            st.fail(f"%{value.name} is output {value.index} of {node.name}, not output {self.output}", depth, b)
             return
         for k, want in self.attrs.items():
             got = node.attr(k)
             if got != want and not (isinstance(want, (list, tuple)) and list(got or []) == list(want)):
-                st.fail(f"{node.qualified_op}<{node.name}> has {k}={got!r}, the pattern needs {want!r}", depth)
+                st.fail(f"{node.qualified_op}<{node.name}> has {k}={got!r}, the pattern needs {want!r}", depth, b)
                 return
         if self.where is not None:
             ok = self.where(node)
             if ok is not True and ok is not None:
-                st.fail(ok if isinstance(ok, str) else f"{node.name} fails the pattern's condition", depth)
+                st.fail(ok if isinstance(ok, str) else f"{node.name} fails the pattern's condition", depth, b)
                 return
         ins = list(node.inputs)
         while ins and ins[-1] is None:
             ins.pop()
         if len(ins) > len(self.inputs):
             st.fail(f"{node.qualified_op}<{node.name}> has {len(ins)} inputs, the pattern {len(self.inputs)}",
-                    depth)
+                    depth, b)
             return
         ins += [None] * (len(self.inputs) - len(ins))
         nb = _bind(self.name, value, b, st, depth, "node output")
@@ -259,9 +259,11 @@ class _State:
     def __init__(self):
         self.best: _Fail | None = None
 
-    def fail(self, reason: str, depth: int) -> None:
-        if self.best is None or depth > self.best.depth:
-            self.best = _Fail(reason, depth)
+    def fail(self, reason: str, depth: int, b: dict) -> None:
+        # the most informative failure is the one reached after matching the most of the pattern
+        score = (len(b) + len(b.get("__nodes__", ())), depth)
+        if self.best is None or score > self.best.depth:
+            self.best = _Fail(reason, score)
 
 
 # ------------------------------------------------------------------------------------------------
