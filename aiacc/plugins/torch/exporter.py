@@ -1,0 +1,404 @@
+"""aiacc IR -> torch.fx.GraphModule.
+
+Every IR node is lowered to torch calls (torch.nn.functional where one exists) in a fresh fx graph;
+parameters and buffers are registered under the original model's qualified names, so state_dict keys
+and gradients line up with the original, and the result supports .to(), torch.save and torch.jit.trace.
+The forward takes the original's parameters (arguments fixed at trace time keep their value as a default)
+and returns the original's output structure. Opaque nodes call the original callable (a copy of an
+opaque submodule is registered under `opaque.<n>`). aiacc's fused ops lower to the fastest torch form:
+convolution with an activation applied in place, F.linear, F.scaled_dot_product_attention.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from aiacc.core.ir import Graph, Node, Value
+from aiacc.core.ops import get_schema
+from aiacc.errors import UnsupportedError
+
+LOWERINGS: dict[tuple[str, str], Callable] = {}
+
+
+def lowering(*ops: str, domain: str = ""):
+    def wrap(fn):
+        for o in ops:
+            LOWERINGS[(domain, o)] = fn
+        return fn
+    return wrap
+
+
+def _leaves(x: Any) -> list:
+    """The pytree leaves of x (used inside exported graphs to unpack nested inputs and outputs)."""
+    return pytree.tree_leaves(x)
+
+
+class LNode:
+    """What a lowering sees of one IR node: op, attributes (schema defaults filled in), its inputs as fx
+    arguments (created on first use, so a constant read as a Python number costs no buffer) and, where
+    constant, as numpy arrays."""
+
+    def __init__(self, b: "Builder", op: str, attrs: dict, values: list, outputs: list, name: str,
+                 meta: dict | None = None, domain: str = "", args: list | None = None):
+        self.b, self.op, self.attrs, self.values = b, op, attrs, values
+        self.outputs, self.name, self.meta, self.domain = outputs, name, meta or {}, domain
+        self._args = args  # given directly for nodes that exist only inside a lowering
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        v = self.attrs.get(key)
+        return default if v is None else v
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self._args) if self._args is not None else len(self.values)
+
+    def arg(self, i: int) -> Any:
+        if self._args is not None:
+            return self._args[i] if i < len(self._args) else None
+        return arg(self.b, self.values[i]) if i < len(self.values) else None
+
+    @property
+    def args(self) -> list:
+        return [self.arg(i) for i in range(self.n_inputs)]
+
+    def const(self, i: int) -> np.ndarray | None:
+        if self._args is not None or i >= len(self.values) or self.values[i] is None:
+            return None
+        return _const_of(self.values[i])
+
+    def ints(self, i: int) -> list[int] | None:
+        c = self.const(i)
+        return None if c is None else [int(v) for v in np.asarray(c).reshape(-1)]
+
+    def scalar(self, i: int) -> Any:
+        """A one-element constant input as a Python number (else the fx argument)."""
+        c = self.const(i)
+        if c is not None and c.size == 1 and c.dtype.kind in "fiub":
+            return c.reshape(-1)[0].item()
+        return self.arg(i)
+
+    def shape(self, i: int):
+        v = self.values[i] if self._args is None and i < len(self.values) else None
+        return None if v is None else v.shape
+
+
+class Builder:
+    """Emits fx nodes; keeps the module tree of parameters, buffers and opaque submodules."""
+
+    def __init__(self, graph: Graph, original: nn.Module | None):
+        self.ir = graph
+        self.original = original
+        self.root = nn.Module()
+        self.fx = fx.Graph()
+        self.env: dict[int, Any] = {}
+        self._attr_nodes: dict[str, fx.Node] = {}
+        self._consts = 0
+        self._opaque = 0
+        self.inplace_ok = graph.meta.get("torch.mode", "inference") != "train"
+
+    # -- emitting ----------------------------------------------------------------------------------
+    def call(self, fn: Callable, *args: Any, **kwargs: Any) -> fx.Node:
+        return self.fx.call_function(fn, args, kwargs)
+
+    def method(self, name: str, *args: Any, **kwargs: Any) -> fx.Node:
+        return self.fx.call_method(name, args, kwargs)
+
+    def getattr_node(self, qualname: str) -> fx.Node:
+        if qualname not in self._attr_nodes:
+            self._attr_nodes[qualname] = self.fx.get_attr(qualname)
+        return self._attr_nodes[qualname]
+
+    # -- state ---------------------------------------------------------------------------------------
+    def register(self, qualname: str, tensor: torch.Tensor, kind: str, requires_grad: bool) -> None:
+        *path, leaf = qualname.split(".")
+        owner = self.root
+        for part in path:
+            if not hasattr(owner, part) or not isinstance(getattr(owner, part), nn.Module):
+                owner.add_module(part, nn.Module())
+            owner = getattr(owner, part)
+        if kind == "parameter":
+            owner.register_parameter(leaf, nn.Parameter(tensor, requires_grad=requires_grad))
+        else:
+            owner.register_buffer(leaf, tensor)
+
+    def constant(self, array: np.ndarray) -> fx.Node:
+        name = f"aiacc_const{self._consts}"
+        self._consts += 1
+        self.root.register_buffer(name, torch.from_numpy(np.array(array, copy=True)))
+        return self.getattr_node(name)
+
+    def add_opaque_module(self, module: nn.Module, copy_module: bool = True, qualname: str | None = None) -> str:
+        """Register an opaque callable; under its original qualified name when that is free (so its
+        parameters keep their state_dict keys), else under `opaque.<n>`."""
+        module = copy.deepcopy(module) if copy_module else module
+        if qualname:
+            *path, leaf = qualname.split(".")
+            owner = self.root
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, nn.Module())
+                owner = getattr(owner, part)
+                if not isinstance(owner, nn.Module) or type(owner) is not nn.Module:
+                    owner = None
+                    break
+            if owner is not None and not hasattr(owner, leaf):
+                owner.add_module(leaf, module)
+                return qualname
+        if not hasattr(self.root, "opaque"):
+            self.root.add_module("opaque", nn.Module())
+        name = str(self._opaque)
+        self._opaque += 1
+        self.root.opaque.add_module(name, module)
+        return f"opaque.{name}"
+
+
+def _state_tensor(graph: Graph, value: Value, qualname: str, original: nn.Module | None) -> torch.Tensor:
+    if value.const is not None:
+        return torch.from_numpy(np.array(value.const, copy=True))
+    arrays = graph.meta.get("torch.state_arrays", {})
+    if value.name in arrays:
+        return torch.from_numpy(np.array(arrays[value.name], copy=True))
+    if original is not None:
+        t = dict(original.named_parameters()).get(qualname)
+        if t is None:
+            t = dict(original.named_buffers()).get(qualname)
+        if t is not None:
+            return t.detach().clone()
+    raise UnsupportedError(f"no value for the model state %{value.name} ({qualname})")
+
+
+def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
+    """Build the GraphModule for `graph` (see the module docstring)."""
+    b = Builder(graph, original)
+    state = graph.meta.get("torch.state", {})
+    # model state: registered under its qualified names
+    for vname, (qualname, kind, requires_grad) in state.items():
+        if not graph.has_value(vname):
+            continue
+        v = graph.value(vname)
+        if v.producer is not None:
+            continue
+        b.register(qualname, _state_tensor(graph, v, qualname, original), kind, requires_grad)
+        b.env[id(v)] = ("state", qualname)
+    # inputs
+    signature = graph.meta.get("torch.signature")
+    user_inputs = [v for v in graph.inputs if v.name not in state]
+    if signature is None:
+        signature = [("input", v.name, [v.name], None) for v in user_inputs]
+    by_name = {v.name: v for v in graph.inputs}
+    for entry in signature:
+        if entry[0] == "const":
+            b.fx.placeholder(entry[1], default_value=entry[2])
+            continue
+        _, name, names, spec = entry
+        ph = b.fx.placeholder(name)
+        if names == [name] and name in by_name:
+            b.env[id(by_name[name])] = ph
+            continue
+        leaves = b.call(_leaves, ph)
+        for i, leaf_name in enumerate(names):
+            if leaf_name is not None and leaf_name in by_name:
+                b.env[id(by_name[leaf_name])] = b.call(operator.getitem, leaves, i)
+    fusions = plan_fusions(graph)
+    for node in graph:
+        if id(node) in fusions.skip:
+            continue
+        outs = lower_node(b, node, fusions)
+        for v, o in zip(node.outputs, outs):
+            b.env[id(v)] = o
+    # outputs, in the original structure
+    out_meta = graph.meta.get("torch.outputs")
+    values = [arg(b, v) for v in graph.outputs]
+    if out_meta is None:
+        result = values[0] if len(values) == 1 else tuple(values)
+    else:
+        spec, leaves = out_meta
+        result = pytree.tree_unflatten([values[x] if kind == "value" else x for kind, x in leaves], spec)
+    b.fx.output(result)
+    b.fx.lint()
+    name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
+    gm = fx.GraphModule(b.root, b.fx, class_name=name)
+    gm.train(graph.meta.get("torch.mode") == "train")
+    return gm
+
+
+def arg(b: Builder, v: Value | None) -> Any:
+    """The fx argument for an IR value (state and constants become get_attr nodes on first use)."""
+    if v is None:
+        return None
+    got = b.env.get(id(v))
+    if isinstance(got, tuple) and len(got) == 2 and got[0] == "state":
+        node = b.getattr_node(got[1])
+        b.env[id(v)] = node
+        return node
+    if got is not None:
+        return got
+    if v.const is not None:
+        node = b.constant(v.const)
+        b.env[id(v)] = node
+        return node
+    raise UnsupportedError(f"value %{v.name} has no torch counterpart (a graph input the signature lacks?)")
+
+
+def lower_node(b: Builder, node: Node, fusions) -> list:
+    if node.schema is None:
+        return lower_opaque(b, node)
+    ln = LNode(b, node.op, resolved_attrs(node), list(node.inputs), node.outputs, node.name, node.meta, node.domain)
+    special = fusions.special.get(id(node))
+    if special is not None:
+        return special(b, ln, node)
+    fn = LOWERINGS.get((node.domain, node.op))
+    if fn is None:
+        if node.domain == "aiacc":
+            return _lower_by_decomposition(b, node, fusions)
+        raise UnsupportedError(f"node {node.name}: no torch lowering for {node.qualified_op}")
+    out = fn(b, ln)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def resolved_attrs(node: Node) -> dict:
+    """The node's attributes with schema defaults (None for required or absent ones)."""
+    from aiacc.core.ops import REQUIRED
+
+    attrs = {k: (None if spec.default is REQUIRED else spec.default) for k, spec in node.schema.attrs.items()}
+    attrs.update(node.attrs)
+    return attrs
+
+
+def _const_of(v: Value) -> np.ndarray | None:
+    if v.const is not None:
+        return v.const
+    p = v.producer
+    if p is not None and p.op == "Constant" and p.domain == "" and p.attrs.get("value") is not None:
+        return np.asarray(p.attrs["value"])
+    return None
+
+
+def _lower_by_decomposition(b: Builder, node: Node, fusions) -> list:
+    """A fused op without a torch lowering: lower the standard ops it stands for."""
+    from aiacc.core.ops.fused import decompose
+
+    g = Graph("decompose")
+    inputs = []
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            inputs.append(None)
+        elif v.const is not None:
+            inputs.append(g.add_initializer(f"c{i}", v.const))
+        else:
+            inputs.append(g.add_input(f"i{i}", v.dtype, v.shape))
+    n2 = g.add_node(node.op, inputs, node.attrs, domain=node.domain, name=node.name,
+                    outputs=len(node.outputs), output_types=[v.type for v in node.outputs])
+    for o in n2.outputs:
+        g.add_output(o)
+    decompose(n2, g)
+    for v_outer, v_inner in zip(node.inputs, inputs):
+        if v_inner is not None and v_inner.const is None:
+            b.env[id(v_inner)] = arg(b, v_outer)
+    for inner in g:
+        for v, o in zip(inner.outputs, lower_node(b, inner, _NoFusions())):
+            b.env[id(v)] = o
+    return [arg(b, v) for v in g.outputs]
+
+
+def lower_opaque(b: Builder, node: Node) -> list:
+    """Call the original torch callable with the original argument structure."""
+    fn = node.meta.get("torch.callable")
+    if fn is None:
+        raise UnsupportedError(f"node {node.name}: {node.qualified_op} is not an op aiacc knows and carries no "
+                               f"torch callable, so it cannot run in torch")
+    tensors = iter(arg(b, v) for v in node.inputs)
+    leaves = [next(tensors) if t is None else t for t in node.meta["torch.template"]]
+    args, kwargs = pytree.tree_unflatten(leaves, node.meta["torch.in_spec"])
+    kind = node.meta.get("torch.kind")
+    if kind == "module":
+        target = b.add_opaque_module(fn, qualname=node.meta.get("torch.target"))
+        result = b.fx.call_module(target, tuple(args), dict(kwargs))
+    elif kind == "method":
+        result = b.method(fn.name, *args, **kwargs)
+    else:
+        from aiacc.plugins.torch.opaque import CallableModule
+
+        target = b.add_opaque_module(CallableModule(fn), copy_module=False)
+        result = b.fx.call_module(target, tuple(args), dict(kwargs))
+    spec = node.meta["torch.out_spec"]
+    positions = node.meta["torch.out_tensor_pos"]
+    if spec.is_leaf() and positions == [0]:
+        return [result]
+    leaves_node = b.call(_leaves, result)
+    return [b.call(operator.getitem, leaves_node, i) for i in positions]
+
+
+# ------------------------------------------------------------------------------------------------ fusions
+class _NoFusions:
+    skip: set = set()
+    special: dict = {}
+
+
+class Fusions:
+    """Peepholes the lowering applies: MatMul(x, Transpose(W)) (+ bias) -> F.linear, Mul(x, Sigmoid(x)) ->
+    F.silu. `skip` nodes are absorbed into a later node's `special` lowering."""
+
+    def __init__(self):
+        self.skip: set[int] = set()
+        self.special: dict[int, Callable] = {}
+
+
+def _only_user(v: Value) -> Node | None:
+    users = v.users()
+    if len(users) == 1 and len(v.uses) == 1 and not v.is_graph_output:
+        return users[0]
+    return None
+
+
+def plan_fusions(graph: Graph) -> Fusions:
+    f = Fusions()
+    for node in graph:
+        if node.domain or node.schema is None:
+            continue
+        if node.op == "MatMul":
+            t = node.inputs[1].producer if node.inputs[1] is not None else None
+            w = t.inputs[0] if t is not None and t.op == "Transpose" and not t.domain else None
+            if w is None or w.shape is None or len(w.shape) != 2 or list(t.attrs.get("perm") or [1, 0]) != [1, 0] \
+                    or _only_user(t.output) is not node:
+                continue
+            f.skip.add(id(t))
+            add = _only_user(node.output)
+            bias = None
+            if add is not None and add.op == "Add" and not add.domain:
+                other = add.inputs[1] if add.inputs[0] is node.output else add.inputs[0]
+                if other is not None and other.shape is not None and len(other.shape) == 1 \
+                        and other.shape[0] == w.shape[0] and other.dtype == node.output.dtype:
+                    bias = other
+            if bias is not None:
+                f.skip.add(id(node))
+                f.special[id(add)] = _linear_special(node.inputs[0], w, bias)
+            else:
+                f.special[id(node)] = _linear_special(node.inputs[0], w, None)
+        elif node.op == "Mul":
+            a, c = node.inputs
+            for x, s in ((a, c), (c, a)):
+                p = s.producer if s is not None else None
+                if p is not None and p.op == "Sigmoid" and not p.domain and p.inputs[0] is x \
+                        and _only_user(s) is node:
+                    f.skip.add(id(p))
+                    f.special[id(node)] = (lambda x: lambda b, ln, n: [b.call(F.silu, arg(b, x))])(x)
+                    break
+    return f
+
+
+def _linear_special(x: Value, w: Value, bias: Value | None):
+    def lower(b, ln, node):
+        return [b.call(F.linear, arg(b, x), arg(b, w), arg(b, bias))]
+    return lower
+
+
+from aiacc.plugins.torch import lowerings  # noqa: E402,F401  (fills LOWERINGS)

@@ -1,0 +1,405 @@
+"""torch.nn.Module -> aiacc IR.
+
+The module is traced with torch.fx (see _fx.py), run once node by node on the example inputs (that run
+gives every value's dtype and shape and turns a bad input into an error naming the first op that fails),
+then converted node by node with the tables in convert.py. A node no converter handles becomes an opaque
+node (domain "torch") holding the original callable in `node.meta["torch.callable"]` and a numpy
+`node.meta["kernel"]` for the reference executor.
+
+Graph metadata the exporter reads back (keys under "torch."):
+  torch.mode        "inference" or "train"
+  torch.signature   the forward's parameters: ("input", name, [graph input names], tree spec) or
+                    ("const", name, value) for arguments fixed at trace time
+  torch.outputs     (tree spec, leaves): each leaf ("value", output index) or ("const", python value)
+  torch.state       {value name: (qualified name, "parameter" | "buffer", requires_grad)}: values that are
+                    the model's parameters and buffers (initializers for inference, graph inputs in train
+                    mode so no pass can fold them and gradients reach them)
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from aiacc.core.ir import Graph, TensorType, Value
+from aiacc.errors import ShapeError, UnsupportedError
+from aiacc.plugins.torch import convert
+from aiacc.plugins.torch._fx import trace_module
+from aiacc.plugins.torch.opaque import MethodCall, make_kernel
+
+
+class Dim(int):
+    """A size read off a tensor (`x.size(0)`, `x.shape[1]`): an int that remembers where it came from, so
+    `x.view(x.size(0), -1)` keeps the batch dimension dynamic. Arithmetic gives plain ints (specialized)."""
+
+    def __new__(cls, value: int, source: Value | None, axis: int):
+        d = super().__new__(cls, value)
+        d.source, d.axis = source, axis
+        return d
+
+
+def torch_dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        raise UnsupportedError("bfloat16 tensors have no numpy dtype; convert the model to float32 or float16")
+    return t.numpy().copy()
+
+
+def normalize_inputs(model: nn.Module, example_inputs: Any) -> tuple[tuple, dict]:
+    """Example inputs as (args, kwargs): a tensor, a tuple/list of arguments, or a dict of keyword arguments."""
+    if example_inputs is None:
+        raise ShapeError(f"{type(model).__name__}: aiacc needs example inputs to trace a torch module")
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    return (example_inputs,), {}
+
+
+def _has_tensor(x: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(x))
+
+
+class _ExampleRun(fx.Interpreter):
+    """Runs the traced graph once, keeping each node's result, and names the first node that fails."""
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__(gm)
+        self.values: dict[fx.Node, Any] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        try:
+            result = super().run_node(n)
+        except ShapeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the framework's own error, reworded with the op and shapes
+            if n.op == "placeholder":
+                raise
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            raise ShapeError(f"op {describe_node(self.module, n)} fails on inputs {describe_args(args, kwargs)}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+        self.values[n] = result
+        return result
+
+
+def describe_node(gm: fx.GraphModule, n: fx.Node) -> str:
+    """'layer1.0.conv1 (Conv2d)' for a module call, 'add (operator.add)' for a function."""
+    if n.op == "call_module":
+        return f"{n.target} ({type(gm.get_submodule(n.target)).__name__})"
+    if n.op == "call_method":
+        return f"{n.name} (Tensor.{n.target})"
+    target = getattr(n.target, "__qualname__", None) or getattr(n.target, "__name__", str(n.target))
+    module = getattr(n.target, "__module__", None) or ""
+    return f"{n.name} ({module + '.' if module and module != 'builtins' else ''}{target})"
+
+
+def describe_args(args: tuple, kwargs: dict) -> str:
+    def fmt(x):
+        if isinstance(x, torch.Tensor):
+            return f"{torch_dtype_name(x.dtype)}{list(x.shape)}"
+        return repr(x) if not isinstance(x, nn.Module) else type(x).__name__
+
+    parts = [str(pytree.tree_map(fmt, a)).replace("'", "") for a in args]
+    parts += [f"{k}={str(pytree.tree_map(fmt, v)).replace(chr(39), '')}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+class Importer:
+    """One translation of a module. `mode` is "inference" or "train"."""
+
+    def __init__(self, model: nn.Module, example_inputs: Any, mode: str):
+        if not isinstance(model, nn.Module):
+            raise UnsupportedError(f"the torch plugin translates torch.nn.Module objects, not "
+                                   f"{type(model).__module__}.{type(model).__name__}")
+        if mode not in ("inference", "train"):
+            raise UnsupportedError(f"mode must be 'inference' or 'train', not {mode!r}")
+        self.model = model
+        self.mode = mode
+        self.args, self.kwargs = normalize_inputs(model, example_inputs)
+        self.graph = Graph(type(model).__name__)
+        self.state: dict[str, tuple[str, str, bool]] = {}
+        self._state_values: dict[str, Value] = {}  # qualified name -> value
+        self._const_count = 0
+        self.current: fx.Node | None = None
+        self.opaque_reasons: dict[str, str] = {}
+
+    # -- the driver ----------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        sig = inspect.signature(self.model.forward)
+        try:
+            bound = sig.bind(*self.args, **self.kwargs)
+        except TypeError as e:
+            raise ShapeError(f"{type(self.model).__name__}.forward{sig} does not accept the example inputs "
+                             f"{describe_args(self.args, self.kwargs)}: {e}") from None
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise UnsupportedError(f"{type(self.model).__name__}.forward takes *{p.name}; aiacc needs named "
+                                       f"parameters to keep the call signature")
+        bound.apply_defaults()
+        concrete = {k: v for k, v in bound.arguments.items() if not _has_tensor(v)}
+        gm, forced = trace_module(self.model, concrete or None, convert.LEAF_TYPES)
+        self.gm = gm
+        self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
+        for name, why in forced.items():
+            self.opaque_reasons[name or type(self.model).__name__] = why
+        example = self._run_example(gm, bound, concrete)
+        self._convert(gm, bound, concrete, example)
+        g = self.graph
+        g.meta["torch.mode"] = self.mode
+        g.meta["torch.state"] = dict(self.state)
+        g.meta["torch.opaque_reasons"] = dict(self.opaque_reasons)
+        g.verify()
+        return g
+
+    def _run_example(self, gm: fx.GraphModule, bound, concrete) -> dict[fx.Node, Any]:
+        """Run once to learn every value; side-effect free (buffers and the RNG are restored)."""
+        buffers = {k: b.detach().clone() for k, b in self.model.named_buffers()}
+        rng = torch.get_rng_state()
+        runner = _ExampleRun(gm)
+        args = [bound.arguments[n.target] for n in gm.graph.nodes if n.op == "placeholder"
+                and n.target not in concrete]
+        try:
+            with torch.no_grad():
+                runner.run(*args)
+        finally:
+            torch.set_rng_state(rng)
+            with torch.no_grad():
+                for k, b in self.model.named_buffers():
+                    b.copy_(buffers[k])
+        return runner.values
+
+    def _convert(self, gm: fx.GraphModule, bound, concrete, example: dict[fx.Node, Any]) -> None:
+        g = self.graph
+        self.example = example
+        env: dict[fx.Node, Any] = {}
+        signature = []
+        for n in gm.graph.nodes:
+            self.current = n
+            if n.op == "placeholder":
+                name = n.target
+                if name in concrete:
+                    env[n] = concrete[name]
+                    signature.append(("const", name, concrete[name]))
+                    continue
+                value = bound.arguments[name]
+                leaves, spec = pytree.tree_flatten(value)
+                names, ir_leaves = [], []
+                for i, leaf in enumerate(leaves):
+                    if isinstance(leaf, torch.Tensor):
+                        vname = name if len(leaves) == 1 and isinstance(value, torch.Tensor) else f"{name}.{i}"
+                        v = g.add_input(vname, torch_dtype_name(leaf.dtype), tuple(leaf.shape))
+                        names.append(vname)
+                        ir_leaves.append(v)
+                    else:
+                        names.append(None)
+                        ir_leaves.append(leaf)
+                env[n] = pytree.tree_unflatten(ir_leaves, spec)
+                signature.append(("input", name, names, spec))
+            elif n.op == "get_attr":
+                env[n] = self._get_attr(gm, n.target)
+            elif n.op == "output":
+                leaves, spec = pytree.tree_flatten(fx.node.map_arg(n.args[0], lambda a: env[a]))
+                out_leaves = []
+                for leaf in leaves:
+                    if isinstance(leaf, Value):
+                        out_leaves.append(("value", len(g.outputs)))
+                        g.add_output(leaf)
+                    else:
+                        out_leaves.append(("const", leaf))
+                g.meta["torch.outputs"] = (spec, out_leaves)
+            else:
+                args = fx.node.map_arg(n.args, lambda a: env[a])
+                kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+                env[n] = self._convert_call(gm, n, args, kwargs)
+        g.meta["torch.signature"] = signature
+        # graph inputs: user inputs first, then (train mode) the model state
+        state_inputs = [v for v in g.inputs if v.name in self.state]
+        g.inputs = [v for v in g.inputs if v.name not in self.state] + state_inputs
+
+    def _convert_call(self, gm: fx.GraphModule, n: fx.Node, args: tuple, kwargs: dict) -> Any:
+        module = gm.get_submodule(n.target) if n.op == "call_module" else None
+        if n.op != "call_module" and not _has_ir_value((args, kwargs)):
+            # pure Python on sizes, tuples, constants: evaluate now
+            result = n.target(*args, **kwargs) if n.op == "call_function" else \
+                getattr(args[0], n.target)(*args[1:], **kwargs)
+            # a tensor made from constants (torch.arange(x.size(1)), ...) is a constant of this trace
+            return pytree.tree_map(lambda t: self.const(tensor_to_numpy(t)) if isinstance(t, torch.Tensor) else t,
+                                   result)
+        if module is not None:
+            fn = convert.MODULES.get(type(module))
+            key = type(module).__name__
+        elif n.op == "call_method":
+            fn = convert.METHODS.get(n.target)
+            key = f"Tensor.{n.target}"
+        else:
+            fn = convert.FUNCTIONS.get(n.target)
+            key = describe_node(gm, n)
+        reason = "no converter"
+        if fn is not None:
+            mark = (self.graph._root._prev, set(self.graph.initializers), len(self.graph.inputs))
+            try:
+                return fn(self, module, *args, **kwargs) if module is not None else fn(self, *args, **kwargs)
+            except convert.Untranslatable as e:
+                reason = str(e)
+                self._rollback(mark)
+        self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
+        return self.opaque(n, args, kwargs)
+
+    def _rollback(self, mark) -> None:
+        """Undo a converter that gave up halfway: its nodes, constants and state values."""
+        g = self.graph
+        last, initializers, n_inputs = mark
+        while g._root._prev is not last:
+            g.erase(g._root._prev)
+        dropped = [v for name, v in list(g.initializers.items()) if name not in initializers and not v.uses]
+        dropped += [v for v in g.inputs[n_inputs:] if not v.uses]
+        for v in dropped:
+            if v.const is not None:
+                g.remove_initializer(v)
+            else:
+                g.inputs.remove(v)
+                del g._values[v.name]
+            qualname = self.state.pop(v.name, (None,))[0]
+            self._state_values.pop(qualname, None)
+
+    # -- helpers for converters ----------------------------------------------------------------------
+    @property
+    def training(self) -> bool:
+        return self.mode == "train"
+
+    def module_training(self, module: nn.Module) -> bool:
+        """Training semantics for this submodule: train mode and the submodule itself in train()."""
+        return self.mode == "train" and module.training
+
+    def example_of(self, n: fx.Node | None = None) -> Any:
+        return self.example.get(n or self.current)
+
+    def op(self, op: str, *inputs: Value | None, outputs: int = 1, domain: str = "", **attrs: Any):
+        """Add a node named after the fx node being converted; returns its output(s)."""
+        node = self.graph.add_node(op, inputs, attrs, domain=domain, name=self.current.name, outputs=outputs)
+        return node.outputs[0] if outputs == 1 else tuple(node.outputs)
+
+    def const(self, array: Any, dtype: str | None = None, name: str | None = None) -> Value:
+        a = np.asarray(array, dtype=dtype)
+        self._const_count += 1
+        return self.graph.add_initializer(name or f"{self.current.name}_c", a)
+
+    def ints(self, values) -> Value:
+        return self.const(np.asarray(list(values), dtype=np.int64))
+
+    def scalar_like(self, value: Any, like: Value) -> Value:
+        """A Python number as a 0-d constant of `like`'s dtype (torch's scalar type promotion)."""
+        dtype = like.dtype or "float32"
+        if isinstance(value, bool) or (isinstance(value, float) and np.dtype(dtype).kind in "iub"):
+            raise convert.Untranslatable(f"scalar {value!r} with a {dtype} tensor changes the dtype")
+        return self.const(np.asarray(value, dtype=dtype))
+
+    def state_value(self, module: nn.Module | None, qualname: str, tensor: torch.Tensor | None = None) -> Value:
+        """The IR value of a parameter or buffer, by qualified name (created once)."""
+        if qualname in self._state_values:
+            return self._state_values[qualname]
+        if tensor is None:
+            tensor = self.gm.get_parameter(qualname) if _is_param(self.gm, qualname) else self.gm.get_buffer(qualname)
+        kind = "parameter" if isinstance(tensor, nn.Parameter) else "buffer"
+        requires_grad = bool(tensor.requires_grad)
+        if self.mode == "train":
+            v = self.graph.add_input(self.graph.fresh_name(qualname), torch_dtype_name(tensor.dtype), tuple(tensor.shape))
+        else:
+            v = self.graph.add_initializer(qualname, tensor_to_numpy(tensor))
+        self.state[v.name] = (qualname, kind, requires_grad)
+        self._state_values[qualname] = v
+        return v
+
+    def param(self, module: nn.Module, attr: str) -> Value | None:
+        """The value of `module.<attr>` (None when the attribute is None)."""
+        t = getattr(module, attr)
+        if t is None:
+            return None
+        prefix = self.qualname_of(module)
+        return self.state_value(module, f"{prefix}.{attr}" if prefix else attr, t)
+
+    def qualname_of(self, module: nn.Module) -> str:
+        for name, m in self.gm.named_modules():
+            if m is module:
+                return name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name
+        raise convert.Untranslatable("module is not part of the model")
+
+    def _get_attr(self, gm: fx.GraphModule, target: str) -> Any:
+        obj = gm
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor):
+            is_state = target in dict(gm.named_parameters()) or target in dict(gm.named_buffers())
+            if is_state:
+                return self.state_value(None, target, obj)
+            return self.graph.add_initializer(target.replace(".", "_"), tensor_to_numpy(obj))
+        return obj
+
+    def shape_of(self, v: Value) -> tuple:
+        if v.shape is None or not all(isinstance(d, int) for d in v.shape):
+            raise convert.Untranslatable(f"%{v.name} has no static shape")
+        return tuple(v.shape)
+
+    # -- opaque nodes --------------------------------------------------------------------------------
+    def opaque(self, n: fx.Node, args: tuple, kwargs: dict) -> Any:
+        """One opaque node for fx node `n`: tensor arguments become its inputs; the callable, the argument
+        template and the output structure go into node.meta."""
+        leaves, in_spec = pytree.tree_flatten((args, kwargs))
+        inputs = [leaf for leaf in leaves if isinstance(leaf, Value)]
+        template = [None if isinstance(leaf, Value) else leaf for leaf in leaves]
+        example = self.example.get(n)
+        out_leaves, out_spec = pytree.tree_flatten(example)
+        tensor_pos = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
+        types = [TensorType(torch_dtype_name(out_leaves[i].dtype), tuple(out_leaves[i].shape)) for i in tensor_pos]
+        if n.op == "call_module":
+            fn, kind, label = self.gm.get_submodule(n.target), "module", type(self.gm.get_submodule(n.target)).__name__
+        elif n.op == "call_method":
+            fn, kind, label = MethodCall(n.target), "method", f"Tensor.{n.target}"
+        else:
+            fn, kind = n.target, "function"
+            label = getattr(n.target, "__qualname__", None) or getattr(n.target, "__name__", "call")
+            self_obj = getattr(n.target, "__self__", None)
+            if isinstance(self_obj, type):  # a bound classmethod such as MyFunction.apply
+                label = f"{self_obj.__name__}.{n.target.__name__}"
+        attrs = {"target": str(n.target) if n.op != "call_function" else label}
+        node = self.graph.add_node(label.replace(" ", ""), inputs, attrs, domain="torch", name=n.name,
+                                   outputs=len(types), output_types=types)
+        node.meta.update({
+            "torch.callable": fn, "torch.kind": kind, "torch.target": n.target if n.op != "call_function" else None,
+            "torch.in_spec": in_spec, "torch.template": template,
+            "torch.out_spec": out_spec, "torch.out_tensor_pos": tensor_pos,
+            "torch.out_consts": [None if i in tensor_pos else leaf for i, leaf in enumerate(out_leaves)],
+            "kernel": make_kernel(fn, in_spec, template, tensor_pos),
+        })
+        results = list(node.meta["torch.out_consts"])
+        for k, i in enumerate(tensor_pos):
+            results[i] = node.outputs[k]
+        return pytree.tree_unflatten(results, out_spec)
+
+
+def _has_ir_value(x: Any) -> bool:
+    return any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(x))
+
+
+def _is_param(gm: nn.Module, qualname: str) -> bool:
+    try:
+        gm.get_parameter(qualname)
+        return True
+    except AttributeError:
+        return False
+
+
+def trace(model: nn.Module, example_inputs: Any, mode: str | None = None) -> Graph:
+    """Translate `model` into an IR graph. mode: "inference", "train", or None to follow model.training."""
+    if isinstance(model, nn.Module) and mode is None:
+        mode = "train" if model.training else "inference"
+    return Importer(model, example_inputs, mode or "inference").run()

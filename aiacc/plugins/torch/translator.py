@@ -1,0 +1,151 @@
+"""The torch half of aiacc.optimize: trace (importer.py), export (exporter.py or the onnxruntime backend),
+run, and the reference-executor feeds."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from aiacc.core.ir import Graph
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.base import Translator, optimize_model
+
+
+def normalize_mode(mode: str | None, model: Any = None) -> str:
+    """'inference' or 'training' (the pass manager's names); 'train' and 'eval' are accepted too;
+    None follows model.training."""
+    if mode is None:
+        return "training" if isinstance(model, nn.Module) and model.training else "inference"
+    aliases = {"train": "training", "training": "training", "eval": "inference", "inference": "inference"}
+    if mode not in aliases:
+        raise UnsupportedError(f"mode must be 'inference' or 'train', not {mode!r}")
+    return aliases[mode]
+
+
+class TorchTranslator(Translator):
+    framework = "torch"
+
+    def trace(self, model: Any, example_inputs: Any, mode: str | None = None, **options: Any) -> Graph:
+        from aiacc.plugins.torch.importer import Importer
+
+        mode = normalize_mode(mode, model)
+        graph = Importer(model, example_inputs, "train" if mode == "training" else "inference").run()
+        if mode == "training":
+            state = graph.meta["torch.state"]
+            arrays = {}
+            for name, (qualname, _, _) in state.items():
+                t = _lookup_state(model, qualname)
+                arrays[name] = t.detach().cpu().numpy().copy()
+            graph.meta["torch.state_arrays"] = arrays
+        return graph
+
+    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", memory_budget: Any = None,
+               **options: Any) -> nn.Module:
+        if backend == "native":
+            from aiacc.plugins.torch.exporter import export
+
+            module = export(graph, original)
+            if memory_budget is not None:
+                module = _plan_memory(module, graph, memory_budget, original, options)
+            return module
+        if backend == "onnxruntime":
+            if graph.meta.get("torch.mode") == "train":
+                raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
+            from aiacc.plugins.torch.ort import OrtModule
+
+            return OrtModule(graph)
+        raise UnsupportedError(f"unknown backend {backend!r} for torch (expected 'native' or 'onnxruntime')")
+
+    def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        """Outputs as numpy, without side effects on the model (buffers and RNG restored, dropout seeded
+        the same way for every model compared)."""
+        from aiacc.plugins.torch.importer import normalize_inputs
+
+        args, kwargs = normalize_inputs(model, example_inputs)
+        buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            try:
+                out = model(*args, **kwargs)
+            finally:
+                for k, b in model.named_buffers():
+                    if k in buffers:
+                        b.copy_(buffers[k])
+        return [t.detach().cpu().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+    def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
+        from aiacc.plugins.torch.importer import tensor_to_numpy
+
+        feeds: dict[str, np.ndarray] = {}
+        signature = graph.meta.get("torch.signature", [])
+        if isinstance(example_inputs, dict):
+            bound = example_inputs
+        else:
+            args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+            names = [e[1] for e in signature]
+            bound = dict(zip(names, args))
+        for entry in signature:
+            if entry[0] != "input" or entry[1] not in bound:
+                continue
+            leaves = pytree.tree_leaves(bound[entry[1]])
+            for leaf, name in zip(leaves, entry[2]):
+                if name is not None:
+                    feeds[name] = tensor_to_numpy(leaf)
+        feeds.update(graph.meta.get("torch.state_arrays", {}))
+        return {v.name: feeds[v.name] for v in graph.inputs if v.name in feeds}
+
+
+def _lookup_state(model: nn.Module, qualname: str) -> torch.Tensor:
+    for name, t in model.named_parameters():
+        if name == qualname:
+            return t
+    for name, t in model.named_buffers():
+        if name == qualname:
+            return t
+    # a whole-model opaque fallback registers the model under "model."
+    if qualname.startswith("model."):
+        return _lookup_state(model, qualname[len("model."):])
+    raise UnsupportedError(f"the model has no parameter or buffer {qualname}")
+
+
+def _plan_memory(module: nn.Module, graph: Graph, budget: Any, original: Any, options: dict) -> nn.Module:
+    """mode='train', memory_budget=...: hand the exported module to the training memory planner."""
+    if graph.meta.get("torch.mode") != "train":
+        raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
+    try:
+        from aiacc.plugins.torch.memory import plan_training_memory
+    except ImportError as e:
+        raise UnsupportedError(f"memory_budget needs aiacc.plugins.torch.memory.plan_training_memory: {e}") from e
+    return plan_training_memory(module, graph, budget, original=original, **options)
+
+
+TRANSLATOR = TorchTranslator()
+
+
+def trace(model: Any, example_inputs: Any = None, **options: Any) -> Graph:
+    """torch.nn.Module -> IR graph (inference, or training semantics with mode='train')."""
+    if not isinstance(model, nn.Module):
+        raise UnsupportedError(f"the torch plugin translates torch.nn.Module objects, not "
+                               f"{type(model).__module__}.{type(model).__name__}")
+    return TRANSLATOR.trace(model, example_inputs, **options)
+
+
+def optimize(model: Any, example_inputs: Any = None, **options: Any) -> nn.Module:
+    """aiacc.optimize for torch: trace, run the passes, export, verify. mode defaults to the model's own
+    (train() -> 'train'); memory_budget (bytes) with mode='train' plans activation recomputation."""
+    if not isinstance(model, nn.Module):
+        raise UnsupportedError(f"the torch plugin optimizes torch.nn.Module objects, not "
+                               f"{type(model).__module__}.{type(model).__name__}")
+    options["mode"] = normalize_mode(options.get("mode"), model)
+    if options.get("backend") == "onnxruntime" and options["mode"] == "training":
+        raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
+    return optimize_model(TRANSLATOR, model, example_inputs, **options)
+
+
+def export(graph: Graph, original: Any = None, backend: str = "native", **options: Any) -> nn.Module:
+    """IR graph -> torch module (native fx.GraphModule, or an onnxruntime-backed module)."""
+    return TRANSLATOR.export(graph, original=original, backend=backend, **options)
+
