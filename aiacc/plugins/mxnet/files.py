@@ -78,11 +78,12 @@ def load_graph(path: str, *, params: str | None = None, input_shapes: Mapping[st
 
 def optimize_file(path: str, out: str, *, params: str | None = None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None, level: int = 2, passes: Any = None,
-                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any) -> list[str]:
+                  disable: Any = None, debug: bool = False, verify: bool = True, seed: int = 0, **_: Any):
     """Optimize an MXNet -symbol.json (+ .params) and write OUT-symbol.json and OUT-0000.params.
 
-    With verify, the original and the optimized model run on random inputs of the given shapes and must
-    agree within 1e-4 relative. Returns the written paths."""
+    With verify (and known input shapes), the original and the optimized model run on the same random
+    inputs and must agree within 1e-4 relative. Returns the pass report (None at level 0); the written
+    paths are in its `written` attribute where it has one, and always in `written_paths(out)`."""
     from aiacc.plugins.base import compare_outputs
     from aiacc.plugins.mxnet.exporter import export_symbol
     from aiacc.plugins.mxnet.mxrun import save_params, symbol_block
@@ -91,10 +92,11 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
     out = re.sub(r"-symbol\.json$", "", out)
     g = load_graph(path, params=params, input_shapes=input_shapes)
     original = g.copy()
+    report = None
     if level > 0 or passes:
         from aiacc.core.passes import run_passes
 
-        run_passes(g, level=level, passes=passes, disable=disable)
+        report = run_passes(g, level=level, passes=passes, disable=disable, debug=debug)
     sym, args, aux = export_symbol(g)
     if verify and all(v.type is not None and v.type.is_static for v in original.inputs):
         from aiacc.plugins.mxnet._import import import_mxnet
@@ -110,8 +112,14 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
         t = MXNetTranslator()
         compare_outputs(expected, actual, t.rtol, t.atol, f"aiacc optimize {path}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    sym_path, params_path = f"{out}-symbol.json", f"{out}-0000.params"
+    sym_path, params_path = written_paths(out)
     with open(sym_path, "w") as f:
         f.write(sym.to_json())
     save_params(params_path, args, aux)
-    return [sym_path, params_path]
+    return report
+
+
+def written_paths(out: str) -> tuple[str, str]:
+    """The files optimize_file writes for `out`: OUT-symbol.json and OUT-0000.params."""
+    out = re.sub(r"-symbol\.json$", "", out)
+    return f"{out}-symbol.json", f"{out}-0000.params"

@@ -230,7 +230,8 @@ def _batchnorm(ctx: Ctx):
     ctx.need_inputs(5)
     rank = ctx.rank(0)
     axis = ctx.int("axis", 1)
-    if rank is None or axis % rank != 1 or attr_bool(ctx.node, "output_mean_var", False):
+    # ONNX normalizes axis 1 whatever the rank, so axis=1 needs no shape
+    if (axis != 1 and (rank is None or axis % rank != 1)) or attr_bool(ctx.node, "output_mean_var", False):
         return None
     x, gamma, beta, mean, var = ctx.inputs
     if ctx.bool("fix_gamma", True):  # MXNet's default: gamma is held at 1 whatever its stored value
@@ -342,10 +343,8 @@ def _fully_connected(ctx: Ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = None if no_bias else ctx.inputs[2]
     rank = ctx.rank(0)
-    if rank is None:
-        return None
-    if ctx.bool("flatten", True) or rank <= 2:
-        if rank != 2:
+    if ctx.bool("flatten", True) or (rank is not None and rank <= 2):
+        if rank != 2:  # (also when the rank is unknown: Flatten of a matrix is the identity)
             x = ctx.op("Flatten", x, axis=1)
         return ctx.op("Gemm", x, w, b, transB=1)
     # flatten=False: the product runs along the last axis, leading axes are kept
@@ -510,7 +509,7 @@ def _layernorm(ctx: Ctx):
     ctx.need_inputs(3)
     rank = ctx.rank(0)
     axis = ctx.int("axis", -1)
-    if rank is None or axis % rank != rank - 1 or ctx.bool("output_mean_var", False):
+    if (axis != -1 and (rank is None or axis % rank != rank - 1)) or ctx.bool("output_mean_var", False):
         return None
     return ctx.op("LayerNormalization", *ctx.inputs, axis=-1, epsilon=ctx.float("eps", 1e-5))
 
@@ -523,11 +522,14 @@ def _swap_last(ctx: Ctx, v: Value) -> Value:
 @converter("batch_dot")
 def _batch_dot(ctx: Ctx):
     a, b = ctx.inputs
-    if a.shape is None or b.shape is None or len(a.shape) < 3 or len(a.shape) != len(b.shape):
+    ta, tb = ctx.bool("transpose_a", False), ctx.bool("transpose_b", False)
+    if (ta or tb) and (a.shape is None or b.shape is None):
         return None
-    if ctx.bool("transpose_a", False):
+    if a.shape is not None and b.shape is not None and (len(a.shape) < 3 or len(a.shape) != len(b.shape)):
+        return None
+    if ta:
         a = _swap_last(ctx, a)
-    if ctx.bool("transpose_b", False):
+    if tb:
         b = _swap_last(ctx, b)
     return ctx.op("MatMul", a, b)
 

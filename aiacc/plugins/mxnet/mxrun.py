@@ -41,23 +41,22 @@ class OpaqueBackend:
     """Shape inference and a numpy-level kernel for an MXNet op aiacc keeps opaque."""
 
     def infer(self, node: MxNode, input_types: Sequence[TensorType | None]) -> list[TensorType | None]:
+        """Output types from MXNet's own inference; unknown (None shape) when an input shape is unknown."""
         m = mx()
         sym = self.symbol(node, len(input_types))
-        shapes = {f"in{i}": t.shape for i, t in enumerate(input_types)
-                  if t is not None and t.shape is not None and all(isinstance(d, int) for d in t.shape)}
-        dtypes = {f"in{i}": np.dtype(t.dtype) for i, t in enumerate(input_types) if t is not None and t.dtype}
+        n_out = len(sym.list_outputs())
+        known = all(t is not None and t.is_static for t in input_types)
+        first_dtype = input_types[0].dtype if input_types and input_types[0] is not None else None
+        if not known:
+            return [TensorType(first_dtype, None) for _ in range(n_out)]
+        shapes = {f"in{i}": t.shape for i, t in enumerate(input_types)}
+        dtypes = {f"in{i}": np.dtype(t.dtype) for i, t in enumerate(input_types)}
         try:
-            _, out_shapes, _ = sym.infer_shape_partial(**shapes)
-            _, out_types, _ = sym.infer_type(**dtypes) if len(dtypes) == len(input_types) else (None, None, None)
+            _, out_shapes, _ = sym.infer_shape(**shapes)
+            _, out_types, _ = sym.infer_type(**dtypes)
         except m.base.MXNetError as e:
             raise ShapeError(f"{node.describe()}: MXNet cannot infer its output shapes: {_mx_error(e)}") from None
-        result = []
-        for k, s in enumerate(out_shapes):
-            shape = tuple(s) if s and all(d > 0 for d in s) else None
-            dtype = np.dtype(out_types[k]).name if out_types else (input_types[0].dtype if input_types and
-                                                                   input_types[0] is not None else None)
-            result.append(TensorType(dtype, shape))
-        return result
+        return [TensorType(np.dtype(dt).name, tuple(s)) for s, dt in zip(out_shapes, out_types)]
 
     def symbol(self, node: MxNode, n_inputs: int):
         """A symbol of the op alone, with inputs in0..inN and every visible output as a head."""
