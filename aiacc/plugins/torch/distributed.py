@@ -17,10 +17,33 @@ from aiacc.core.comm import ModelSpec, Plan, gradient_specs_from_params
 from aiacc.plugins import _dist_transport as transport
 
 
+def spec_from_stamps(named: Sequence[tuple[str, torch.Tensor]], stamps: dict[str, float],
+                     backward_start: float | None = None, forward_s: float | None = None,
+                     name: str = "model") -> ModelSpec:
+    """A ModelSpec whose timing comes from when backward produced each gradient (`stamps`, seconds).
+
+    A layer's backward time is the gap between its gradients and those produced before it; without
+    `backward_start` the first layer gets the median gap. Forward time (total `forward_s`, default half
+    the backward) is spread over layers in proportion to their backward time."""
+    entries = [(n, p.shape, p.dtype) for n, p in named]
+    spec = gradient_specs_from_params(entries, name=name)
+    last = max(stamps.values(), default=0.0)
+    ends = [max(stamps.get(g.name, last) for g in l.grads) for l in spec.layers]
+    order = sorted(range(len(ends)), key=lambda i: ends[i])
+    bwd = [0.0] * len(ends)
+    for a, b in zip(order, order[1:]):
+        bwd[b] = max(0.0, ends[b] - ends[a])
+    gaps = sorted(bwd[i] for i in order[1:]) or [1e-4]
+    bwd[order[0]] = ends[order[0]] - backward_start if backward_start is not None else gaps[len(gaps) // 2]
+    total_b = sum(bwd) or 1.0
+    total_f = total_b / 2 if forward_s is None else forward_s
+    fwd = [total_f * b / total_b for b in bwd]
+    return gradient_specs_from_params(entries, name=name, forward_s=fwd, backward_s=bwd)
+
+
 def profile_backward(module: torch.nn.Module, loss_fn, name: str = "model") -> ModelSpec:
     """A ModelSpec with measured timing: runs one forward/backward (`loss_fn(module)` returns the loss)
-    and records when each parameter's gradient is produced. Forward time is spread over layers in
-    proportion to their backward time."""
+    and records when each parameter's gradient is produced."""
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
     stamps: dict[str, float] = {}
     handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: stamps.setdefault(n, time.perf_counter()))
@@ -34,17 +57,7 @@ def profile_backward(module: torch.nn.Module, loss_fn, name: str = "model") -> M
         for h in handles:
             h.remove()
     module.zero_grad(set_to_none=True)
-    spec = gradient_specs_from_params([(n, p.shape, p.dtype) for n, p in params], name=name)
-    # backward time of a layer = gap between its gradients and those of the layer after it
-    ends = [max(stamps.get(g.name, t1) for g in l.grads) - t1 for l in spec.layers]
-    bwd, prev = [0.0] * len(ends), 0.0
-    for i in sorted(range(len(ends)), key=lambda i: ends[i]):
-        bwd[i] = max(0.0, ends[i] - prev)
-        prev = max(prev, ends[i])
-    total_b = sum(bwd) or 1.0
-    fwd = [(t1 - t0) * b / total_b for b in bwd]
-    return gradient_specs_from_params([(n, p.shape, p.dtype) for n, p in params], name=name,
-                                      forward_s=fwd, backward_s=bwd)
+    return spec_from_stamps(params, stamps, backward_start=t1, forward_s=t1 - t0, name=name)
 
 
 class GradientScheduler:
@@ -53,7 +66,9 @@ class GradientScheduler:
     plan: a strategy name ("aiacc", "ddp", "horovod", "bytescheduler", "per-tensor") or a Plan.
     compression: "none" or "fp16" (gradients travel as float16). average: divide the sum by the world
     size. backward_passes_per_step: gradients are communicated once every that many backward passes.
-    model_spec: gradient timing (e.g. from `profile_backward`); by default sizes only.
+    model_spec: gradient timing (e.g. from `profile_backward`). Without it, the first step runs a plan
+    made from sizes only while the hooks time the backward; the plan is then remade from that measured
+    profile (rank 0's), once.
     """
 
     def __init__(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], *, plan: str | Plan = "aiacc",
@@ -72,16 +87,24 @@ class GradientScheduler:
         transport.check_same(entries, "parameter")
         if not named:
             raise transport.CommError("no parameters that require grad were given to the distributed optimizer")
-        self.plan, order, self.spec = transport.plan_for(entries, plan, compression=compression,
-                                                         model_spec=model_spec)
-        self.executor = transport.PlanExecutor(self.plan, order, {n: p.numel() for n, p in named},
-                                               average=average, compression=compression)
+        self.entries, self.compression, self.average = entries, compression, average
+        self.strategy = plan if isinstance(plan, str) else None
+        self.profiling = model_spec is None and self.strategy is not None
+        self.stamps: dict[str, float] = {}
+        self._install(transport.plan_for(entries, plan, compression=compression, model_spec=model_spec))
         self.passes = backward_passes_per_step
         self.counts = {n: 0 for n, _ in named}
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in named]
 
+    def _install(self, planned) -> None:
+        self.plan, order, self.spec = planned
+        self.executor = transport.PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
+                                               average=self.average, compression=self.compression)
+
     def _hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
+            if self.profiling:
+                self.stamps.setdefault(name, time.perf_counter())
             self.counts[name] += 1
             if self.counts[name] == self.passes:
                 self.executor.ready(name, param.grad)
@@ -98,6 +121,11 @@ class GradientScheduler:
 
         self.executor.wait(zeros)
         self.counts = dict.fromkeys(self.counts, 0)
+        if self.profiling:  # every rank re-plans after its first step (rank 0's profile decides)
+            self.profiling = False
+            spec = spec_from_stamps(self.named, self.stamps)
+            self._install(transport.plan_for(self.entries, self.strategy, compression=self.compression,
+                                             model_spec=spec))
 
     def remove(self) -> None:
         for h in self.handles:

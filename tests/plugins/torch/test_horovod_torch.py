@@ -74,7 +74,8 @@ def worker(mode, out):
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
                 # every bucket's all-reduce was started by the gradient hooks during backward
-                started.append(len(opt._aiacc_scheduler.executor.works))
+                ex = opt._aiacc_scheduler.executor
+                started.append(len(ex.works) == len(ex.buckets) > 0)
                 opt.step()
             results[f"{label}/started"] = np.array(started)
             assert isinstance(opt, torch.optim.SGD)
@@ -132,7 +133,7 @@ def test_two_ranks_match_single_process_training(tmp_path):
             a, b = r0[f"{label}/{k}"], r1[f"{label}/{k}"]
             np.testing.assert_array_equal(a, b, err_msg=f"{label}: {k} differs between ranks")
             np.testing.assert_allclose(a, want, rtol=tol, atol=tol, err_msg=f"{label}: {k} vs single process")
-        assert (r0[f"{label}/started"] == int(r0[f"{label}/buckets"])).all(), label
+        assert r0[f"{label}/started"].all(), label
     assert int(r0["partitioned/buckets"]) > len(ref)  # tensors really were cut into pieces
     np.testing.assert_allclose(r0["allreduce"], [1.5])
     np.testing.assert_array_equal(r0["allgather"], [0, 0, 1])
