@@ -140,7 +140,10 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
             raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
                              f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
     else:
-        if isinstance(model, tfm.Module) and not isinstance(model, (GenericFunction, ConcreteFunction)):
+        is_function = isinstance(model, (GenericFunction, ConcreteFunction))
+        if not is_function and hasattr(getattr(model, "__call__", None), "get_concrete_function"):
+            model = model.__call__  # a tf.Module (or a reloaded SavedModel object) with a tf.function __call__
+        elif isinstance(model, tfm.Module) and not is_function:
             call = getattr(model, "__call__", None)
             if not hasattr(call, "get_concrete_function"):
                 raise UnsupportedError(f"tf.Module {type(model).__name__} has no tf.function __call__: decorate "
