@@ -95,10 +95,17 @@ def export_graph(graph: Graph) -> Any:
 
 
 class _Opaque:
-    """Holds the IR graph on the module without tf.Module trying to track it."""
+    """Holds a Python object (the IR graph, an onnxruntime runner) on a tf.Module without tf.Module trying
+    to track it; attribute access goes to the object."""
 
-    def __init__(self, graph: Graph):
-        self.graph = graph
+    def __init__(self, obj: Any):
+        self.__dict__["_obj"] = obj
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_obj"], name)
+
+    def unwrap(self) -> Any:
+        return self.__dict__["_obj"]
 
 
 def _module_name(name: str) -> str:

@@ -1,0 +1,56 @@
+"""backend="onnxruntime" for TF: a tf.Module whose tf.function hands the inputs to onnxruntime.
+
+The IR runs in onnxruntime sessions (aiacc.backends.onnxruntime.OrtGraphRunner); opaque TF ops run
+between sessions through the eager kernel the importer attached. The call crosses into Python through
+tf.numpy_function, so this module runs in the process that made it and is not SavedModel-portable
+(the native backend is).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aiacc.core.ir import Graph
+from aiacc.plugins.tf._tf import tf
+
+
+def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
+    """A tf.Module running `graph` on onnxruntime, with the graph's original input signature."""
+    from aiacc.backends.onnxruntime import OrtGraphRunner
+    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_specs
+
+    tfm = tf()
+    runner = OrtGraphRunner(graph, providers=providers)
+    specs = input_specs(graph)
+    names = [v.name for v in graph.inputs]
+    out_dtypes = [tfm.as_dtype(v.dtype) for v in graph.outputs]
+    out_shapes = [None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
+                  for v in graph.outputs]
+    structure = graph.meta.get("tf_output_structure")
+
+    def ort_run(*arrays):
+        outs = runner.run({n: np.asarray(a) for n, a in zip(names, arrays)})
+        return [np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(outs, out_dtypes)]
+
+    def call(self, *xs):
+        outs = tfm.numpy_function(ort_run, list(xs), out_dtypes, stateful=False, name="aiacc_onnxruntime")
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for o, s in zip(outs, out_shapes):
+            if s is not None:
+                o.set_shape(s)
+        if structure is not None:
+            try:
+                return tfm.nest.pack_sequence_as(structure, outs)
+            except (ValueError, TypeError):
+                pass
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    cls = type("AiaccOrtTFModule", (tfm.Module,), {
+        "__call__": tfm.function(call, input_signature=specs, autograph=False),
+        "__doc__": "A TF model whose graph runs in onnxruntime (made by aiacc.optimize(backend='onnxruntime')).",
+    })
+    module = cls(name=_module_name(graph.name) + "_ort")
+    module.aiacc_graph = _Opaque(graph)
+    module.aiacc_runner = _Opaque(runner)
+    return module
