@@ -44,7 +44,7 @@ def simulated(console: Console, trace: str | None) -> bool:
                 best_other = min(res[n].iteration_s for n in OTHERS)
                 ok_lb, ok_best = a <= 1.05 * lb, a <= best_other + 1e-12
                 all_ok &= ok_lb and ok_best
-                table.add_row(spec.name.split("(")[0], str(workers), str(gbps),
+                table.add_row(spec.name.split("(")[0].replace("resnet50", "ResNet-50").replace("bert-large", "BERT-large"), str(workers), str(gbps),
                               *[f"{res[n].iteration_s * 1e3:.1f}" for n in OTHERS],
                               f"{a * 1e3:.1f}", f"{lb * 1e3:.1f}", f"{a / lb:.3f}", f"{best_other / a:.2f}x",
                               ("ok" if ok_lb else "LB>5%") + (" ok" if ok_best else " SLOWER"))
@@ -143,7 +143,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker)
         return
-    console = Console()
+    console = Console(width=200)
     ok = simulated(console, args.trace)
     console.print("all simulated targets met" if ok else "[yellow]some simulated targets missed (see 'targets')[/yellow]")
     if not args.no_real:

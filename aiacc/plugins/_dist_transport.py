@@ -230,7 +230,12 @@ class PlanExecutor:
         while self.next < len(self.buckets) and self.left[self.next] == 0:
             pos = self.next
             b = self.buckets[pos]
-            flat = torch.cat([self.tensors[p.grad].reshape(-1)[p.start:p.stop] for p in b.pieces])
+            first = self.tensors[b.pieces[0].grad]
+            if (len(b.pieces) == 1 and self.wire_dtype is None and first.is_contiguous()
+                    and b.pieces[0].numel == first.numel()):
+                flat = first.view(-1)  # a whole tensor: reduce it in place, nothing to copy
+            else:
+                flat = torch.cat([self.tensors[p.grad].reshape(-1)[p.start:p.stop] for p in b.pieces])
             if self.wire_dtype is not None and flat.is_floating_point():
                 flat = flat.to(self.wire_dtype)
                 if self.average:
@@ -258,6 +263,9 @@ class PlanExecutor:
             collective(f"all-reduce of bucket {pos} ({self._names(b)})", work.wait)
             if self.average and self.wire_dtype is None:
                 flat.div_(world)
+            if flat.data_ptr() == self.tensors[b.pieces[0].grad].data_ptr() and len(b.pieces) == 1 \
+                    and flat.numel() == self.tensors[b.pieces[0].grad].numel():
+                continue  # reduced in place
             off = 0
             for p in b.pieces:
                 dst = self.tensors[p.grad]
