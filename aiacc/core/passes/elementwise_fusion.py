@@ -12,6 +12,7 @@ from aiacc.core.runtime.numba_kernels import SCALAR_OPS
 FUSIBLE_OPS = tuple(sorted(o for o in SCALAR_OPS if o != "Identity"))
 FLOAT = ("float32", "float64")
 MAX_GROUP = 64  # a bigger expression compiles slowly and gains nothing more
+MAX_INPUTS = 30  # numpy ufuncs take at most 32 operands
 
 
 def fusible(node: Node) -> str | None:
@@ -85,8 +86,21 @@ def _check(m):
     if users and not out.is_graph_output and all(fusible(u) is None for u in users):
         names = ", ".join(f"{u.qualified_op}<{u.name}>" for u in users)
         return f"deferred: its readers {names} are elementwise and may absorb it"
-    if len(_grow(root)) < 2:
+    group = _grow(root)
+    if len(group) < 2:
         return "no elementwise producer to fuse with"
+    if len(_external_inputs(group)) > MAX_INPUTS:
+        return f"the group reads more than {MAX_INPUTS} values"
+
+
+def _external_inputs(group: list[Node]) -> list[Value]:
+    inside = {id(n) for n in group}
+    seen: dict[int, Value] = {}
+    for n in group:
+        for v in n.inputs:
+            if v is not None and (v.producer is None or id(v.producer) not in inside):
+                seen.setdefault(id(v), v)
+    return list(seen.values())
 
 
 def _rewrite(m, b):

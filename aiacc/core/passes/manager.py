@@ -477,20 +477,3 @@ def run_passes(graph: Graph, *, level: int = 2, passes: Any = None, disable: Any
     else:
         chosen = [p for p in pipeline(level, mode) if p.name not in skip]
     return PassManager(chosen, level=level, mode=mode, debug=debug, feeds=feeds).run(graph)
-
-
-def node_count(graph: Graph, op: str, domain: str = "") -> int:
-    return sum(1 for n in graph if n.op == op and n.domain == domain)
-
-
-def erase_dead(graph: Graph, nodes: Iterable[Node]) -> int:
-    """Erase the given nodes that nobody reads any more (latest first); returns how many were erased."""
-    order = {id(n): i for i, n in enumerate(graph)}
-    erased = 0
-    for n in sorted(nodes, key=lambda n: -order.get(id(n), -1)):
-        if n._erased or id(n) not in order:
-            continue
-        if all(not v.uses and not v.is_graph_output for v in n.outputs):
-            graph.erase(n)
-            erased += 1
-    return erased

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from aiacc.core import Graph, run
+from aiacc.core import Graph, parse, run
 from aiacc.core.ops.fused import decompose_all
 from aiacc.core.passes import random_feeds, run_passes
 from aiacc.core.runtime.numba_kernels import run_fast
@@ -78,6 +78,8 @@ def test_resnet_like_level3_and_debug_and_decompose():
     run_passes(g, level=3, debug=True, feeds=feeds)
     assert _rel_err(ref, run(g, feeds)["probs"]) < 1e-4
     assert _rel_err(ref, run_fast(g, feeds)["probs"]) < 1e-4
+    weights = {k: v.const for k, v in g.initializers.items()}
+    assert parse(str(g), weights).equals(g)  # fused ops round-trip through the text form
     decompose_all(g)
     g.verify()
     assert not any(n.domain == "aiacc" for n in g) and "BatchNormalization" not in g.op_histogram()
