@@ -712,7 +712,8 @@ def _gather(em: Emitter, node: Node) -> Ref:
     w = const_value(data)
     # Embedding reads float indices: look through the importer's Cast
     src = idx.producer.inputs[0] if idx.producer is not None and idx.producer.op == "Cast" else idx
-    if w is not None and w.ndim == 2 and axis == 0 and src.dtype in ("float32", "float16", "float64"):
+    if node.meta.get("mxnet_op") == "Embedding" and w is not None and w.ndim == 2 and axis == 0 \
+            and src.dtype in ("float32", "float16", "float64"):
         return em.op("Embedding", node.name, [em.ref(src), em.ref(data)], input_dim=w.shape[0],
                      output_dim=w.shape[1], dtype=np.dtype(w.dtype).name)
     return em.op("take", node.name, [em.ref(data), em.ref(idx)], axis=axis, mode="wrap")
@@ -787,6 +788,11 @@ def _where(em: Emitter, node: Node) -> Ref:
     refs = []
     for k, v in enumerate(node.inputs):
         r = em.ref(v)
+        if k == 0 and v.dtype == "bool":  # MXNet's where takes a numeric condition
+            src = v.producer.inputs[0] if v.producer is not None and v.producer.op == "Cast" else None
+            r = em.ref(src) if src is not None and src.dtype == node.output.dtype \
+                else em.op("Cast", f"{node.name}_cond", [r], dtype=node.output.dtype or "float32")
+            v = src if src is not None and src.dtype == node.output.dtype else v
         if v.shape != out:
             s = _need_static(node, v)
             if len(s) < len(out):

@@ -294,8 +294,6 @@ def _leaky(ctx: Ctx):
         return ctx.op("Selu", x, alpha=_SELU_ALPHA, gamma=_SELU_GAMMA)
     if act == "gelu":
         return ctx.op("Gelu", x)
-    if act == "rrelu":  # inference: the mean of the random slope range
-        return ctx.op("LeakyRelu", x, alpha=(ctx.float("lower_bound", 0.125) + ctx.float("upper_bound", 0.334)) / 2)
     if act == "prelu":
         ctx.need_inputs(2)
         gamma = ctx.inputs[1]
@@ -563,7 +561,10 @@ def _embedding(ctx: Ctx):
     idx = ctx.inputs[0]
     if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
         idx = ctx.op("Cast", idx, to="int64")
-    return ctx.op("Gather", ctx.inputs[1], idx, axis=0)
+    out = ctx.op("Gather", ctx.inputs[1], idx, axis=0)
+    # remembered so the exporter writes an Embedding again (it clips indices where Gather wraps negatives)
+    out.producer.meta["mxnet_op"] = "Embedding"
+    return out
 
 
 @converter("take")
