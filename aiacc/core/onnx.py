@@ -249,8 +249,9 @@ class _Importer:
             if k in _OBSOLETE_ATTRS:
                 del attrs[k]
         if "broadcast" in attrs and opset < 7:
-            if attrs.pop("broadcast") and "axis" in attrs:
-                raise UnsupportedError(f"{where}: opset-{opset} broadcasting with an axis is not supported")
+            inputs = self.old_broadcast(p, inputs, attrs.pop("broadcast"), attrs.pop("axis", None), where)
+        if op_type == "PRelu" and opset < 7 and len(inputs) == 2:
+            inputs = self.old_broadcast(p, inputs, 1, 1, where, only_1d=True)
         if op_type == "Constant":
             for k in ("sparse_value", "value_string", "value_strings"):
                 if k in attrs:
@@ -303,6 +304,25 @@ class _Importer:
         if op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13:
             return self.old_softmax(p, op_type, inputs, attrs, where)
         return op_type, inputs, attrs
+
+    def old_broadcast(self, p, inputs, broadcast, axis, where, only_1d=False):
+        """Opset < 7 broadcasting aligns B with A starting at `axis`; numpy broadcasting aligns the ends.
+        Unsqueeze B's trailing axes so both agree."""
+        a, b = inputs[0], inputs[1]
+        if not broadcast or axis is None or b is None:
+            return inputs
+        ra, rb = a.type.rank if a.type else None, b.type.rank if b.type else None
+        if ra is None or rb is None:
+            raise UnsupportedError(f"{where}: opset-{self.opset} broadcasting along axis {axis} needs known ranks")
+        if only_1d and (rb != 1 or ra <= 2):
+            return inputs
+        axis = axis % ra if ra else 0
+        trailing = ra - axis - rb
+        if trailing <= 0:
+            return inputs
+        axes = self.const_input(np.arange(rb, rb + trailing, dtype=np.int64), f"{p.name}_bcast_axes")
+        u = self.g.add_node("Unsqueeze", [b, axes], name=f"{p.name or p.op_type.lower()}_bcast").output
+        return [a, u] + list(inputs[2:])
 
     def old_softmax(self, p, op_type, inputs, attrs, where):
         """Opset < 13 softmax flattens to 2-D at `axis` (default 1); same as the new op only on the last axis."""

@@ -1,7 +1,8 @@
 """ONNX's own backend test suite (onnx.backend.test node cases) run against aiacc's ONNX backend.
 
 Included: every node case whose graph uses only ops of the issue-2 list (single-op cases and the
-`_expanded` function-body variants built from those ops). Excluded cases are listed below with the reason.
+`_expanded` function-body variants built from those ops), and the small converted models shipped with onnx
+(pytorch-converted, pytorch-operator, simple) made only of those ops. Excluded cases are listed below with the reason.
 The cases come from the python definitions shipped with onnx (no data download).
 """
 from __future__ import annotations
@@ -48,7 +49,24 @@ def _selected_cases() -> list[str]:
     return sorted(c.name for c in cases if {n.op_type for n in c.model.graph.node} <= ISSUE_OPS)
 
 
+def _selected_model_cases() -> list[str]:
+    """The small converted models shipped with onnx (pytorch-converted, pytorch-operator, simple; opsets 6 to 9,
+    so they also exercise the importer's opset upgrades) whose ops are all in the list."""
+    import os
+
+    names = []
+    for kind in ("pytorch-converted", "pytorch-operator", "simple"):
+        for c in load_model_tests(kind=kind):
+            if c.model_dir is None:
+                continue
+            m = onnx.load(os.path.join(c.model_dir, "model.onnx"))
+            if {n.op_type for n in m.graph.node} <= ISSUE_OPS:
+                names.append(c.name)
+    return sorted(names)
+
+
 SELECTED = _selected_cases()
+SELECTED_MODELS = _selected_model_cases()
 
 
 def _excluded(name: str) -> str | None:
@@ -62,6 +80,8 @@ backend_test = onnx.backend.test.BackendTest(aiacc_backend, __name__)
 for _name in SELECTED:
     if _excluded(_name) is None:
         backend_test.include(f"^{re.escape(_name)}_cpu$")
+for _name in SELECTED_MODELS:
+    backend_test.include(f"^{re.escape(_name)}_cpu$")
 for _pattern in EXCLUDED:
     backend_test.exclude(_pattern)
 
@@ -78,3 +98,4 @@ def test_selection_is_broad():
     assert covered == ISSUE_OPS
     run = [n for n in SELECTED if _excluded(n) is None]
     assert len(run) >= 400, len(run)
+    assert len(SELECTED_MODELS) >= 100, len(SELECTED_MODELS)
