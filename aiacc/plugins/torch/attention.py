@@ -33,7 +33,7 @@ def sdpa(imp, q: Value, k: Value, v: Value, mask: Value | None, p: float, active
     r = convert.rank(k)
     perm = list(range(r))
     perm[-1], perm[-2] = perm[-2], perm[-1]
-    scores = imp.op("MatMul", imp.op("Mul", q, imp.scalar_like(scale, q)), imp.op("Transpose", k, perm=perm))
+    scores = imp.op("Mul", imp.op("MatMul", q, imp.op("Transpose", k, perm=perm)), imp.scalar_like(scale, q))
     if causal:
         L, S = imp.shape_of(q)[-2], imp.shape_of(k)[-2]
         mask_c = np.triu(np.ones((L, S), dtype=bool), 1)

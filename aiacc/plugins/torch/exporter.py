@@ -365,12 +365,17 @@ def plan_fusions(graph: Graph) -> Fusions:
         if node.domain or node.schema is None:
             continue
         if node.op == "MatMul":
-            t = node.inputs[1].producer if node.inputs[1] is not None else None
-            w = t.inputs[0] if t is not None and t.op == "Transpose" and not t.domain else None
-            if w is None or w.shape is None or len(w.shape) != 2 or list(t.attrs.get("perm") or [1, 0]) != [1, 0] \
-                    or _only_user(t.output) is not node:
-                continue
-            f.skip.add(id(t))
+            rhs = node.inputs[1]
+            t = rhs.producer if rhs is not None else None
+            if rhs is not None and rhs.const is not None and rhs.const.ndim == 2 and rhs.const.dtype.kind == "f" \
+                    and node.inputs[0].shape is not None and len(node.inputs[0].shape) >= 2:
+                w = _Transposed(rhs)  # x @ C == F.linear(x, C^T): one fused GEMM with the bias below
+            else:
+                w = t.inputs[0] if t is not None and t.op == "Transpose" and not t.domain else None
+                if w is None or w.shape is None or len(w.shape) != 2 \
+                        or list(t.attrs.get("perm") or [1, 0]) != [1, 0] or _only_user(t.output) is not node:
+                    continue
+                f.skip.add(id(t))
             add = _only_user(node.output)
             bias = None
             if add is not None and add.op == "Add" and not add.domain:
@@ -395,9 +400,25 @@ def plan_fusions(graph: Graph) -> Fusions:
     return f
 
 
-def _linear_special(x: Value, w: Value, bias: Value | None):
+class _Transposed:
+    """A constant matrix used transposed (as F.linear's weight)."""
+
+    def __init__(self, value: Value):
+        self.value = value
+        self.shape = value.shape[::-1]
+        self.dtype = value.dtype
+
+
+def _linear_special(x: Value, w, bias: Value | None):
     def lower(b, ln, node):
-        return [b.call(F.linear, arg(b, x), arg(b, w), arg(b, bias))]
+        if isinstance(w, _Transposed):
+            key = ("T", id(w.value))
+            if key not in b.env:
+                b.env[key] = b.constant(np.ascontiguousarray(w.value.const.T))
+            weight = b.env[key]
+        else:
+            weight = arg(b, w)
+        return [b.call(F.linear, arg(b, x), weight, arg(b, bias))]
     return lower
 
 

@@ -49,43 +49,48 @@ def _bytes(x: Any) -> int:
 # profiling: what every node saves, produces and costs
 # ------------------------------------------------------------------------------------------------
 class _Profiler(fx.Interpreter):
-    """Runs the traced module once with autograd, recording per node the bytes it saves for backward
-    (each storage counted once, at the first node that saves it; parameters and buffers excluded), the
-    bytes of its output, and its FLOPs (plus one per output element, so elementwise ops cost something)."""
+    """Runs the traced module once with autograd, recording per node the bytes it saves for backward, the
+    bytes of its output, and its FLOPs (plus one per output element, so elementwise ops cost something).
+
+    A storage saved by several nodes (a ReLU's output that the next convolution saves as its input) is
+    counted once, at the *last* node that saves it: a tensor crossing a cut is then either the next
+    unit's saved input or, when that unit starts a checkpointed segment, the segment's kept input.
+    Parameters, buffers and the model's inputs are not activations and are not counted."""
 
     def __init__(self, gm: fx.GraphModule):
         super().__init__(gm)
         self.owned = {p.untyped_storage().data_ptr() for p in gm.parameters()}
         self.owned |= {b.untyped_storage().data_ptr() for b in gm.buffers()}
-        self.seen: set[int] = set()
-        self.saved: dict[fx.Node, int] = {}
+        self.storage: dict[int, tuple[int, fx.Node]] = {}  # data_ptr -> (bytes, last node saving it)
         self.out_bytes: dict[fx.Node, int] = {}
         self.flops: dict[fx.Node, float] = {}
         self.keep: list = []  # saved tensors stay referenced so storage addresses are not reused
 
+    @property
+    def saved(self) -> dict[fx.Node, int]:
+        out: dict[fx.Node, int] = {}
+        for nbytes, node in self.storage.values():
+            if node is not None:
+                out[node] = out.get(node, 0) + nbytes
+        return out
+
     def run_node(self, n: fx.Node) -> Any:
         from torch.utils.flop_counter import FlopCounterMode
 
-        saved = 0
-
         def pack(t):
-            nonlocal saved
             ptr = t.untyped_storage().data_ptr()
-            if ptr not in self.owned and ptr not in self.seen:
-                self.seen.add(ptr)
-                saved += t.untyped_storage().nbytes()
+            if ptr not in self.owned:
+                self.storage[ptr] = (t.untyped_storage().nbytes(), n)
             self.keep.append(t)
             return t
 
         counter = FlopCounterMode(display=False)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter:
             out = super().run_node(n)
-        self.saved[n] = saved
         self.out_bytes[n] = _bytes(out)
-        numel = self.out_bytes[n] / 4
-        self.flops[n] = float(counter.get_total_flops()) + numel
+        self.flops[n] = float(counter.get_total_flops()) + self.out_bytes[n] / 4
         if n.op == "placeholder" and isinstance(out, torch.Tensor):
-            self.seen.add(out.untyped_storage().data_ptr())  # inputs exist anyway: not activations
+            self.owned.add(out.untyped_storage().data_ptr())  # inputs exist anyway: not activations
         return out
 
 
@@ -160,13 +165,14 @@ def profile_units(module: torch.nn.Module, example_inputs: Any) -> tuple[fx.Grap
     with _frozen_buffers(gm), torch.enable_grad():
         prof.run(*args)
     prof.keep.clear()
+    saved = prof.saved
     units = _cut_units(gm)
     cost_units = []
     for k, u in enumerate(units):
         name = f"{u.nodes[0].name}..{u.nodes[-1].name}" if len(u.nodes) > 1 else u.nodes[0].name
         cost_units.append(Unit(
             name=name,
-            saved=sum(prof.saved.get(n, 0) for n in u.nodes),
+            saved=sum(saved.get(n, 0) for n in u.nodes),
             input=sum(prof.out_bytes.get(v, 0) for v in u.inputs),
             cost=sum(prof.flops.get(n, 0.0) for n in u.nodes),
             # a segment needs its inputs (known) and one output tensor; the first unit's inputs may be

@@ -1,0 +1,57 @@
+"""Shared assertions for the torch plugin tests."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch.utils import _pytree as pytree
+
+
+def leaves(out):
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def assert_close_rel(expected, actual, rtol=1e-5, what="output"):
+    """Every tensor leaf within rtol of the original, relative to the leaf's largest magnitude."""
+    e, a = leaves(expected), leaves(actual)
+    assert len(e) == len(a), f"{what}: {len(a)} tensors, expected {len(e)}"
+    for i, (x, y) in enumerate(zip(e, a)):
+        assert x.shape == y.shape, f"{what} {i}: shape {tuple(y.shape)} != {tuple(x.shape)}"
+        scale = float(x.detach().abs().max()) or 1.0
+        err = float((x.detach().double() - y.detach().double()).abs().max())
+        assert err <= rtol * scale, f"{what} {i}: max error {err:.3g} > {rtol} * {scale:.3g}"
+
+
+def train_step(model, inputs, seed=123):
+    """One forward (seeded, so dropout draws the same masks) and backward of sum of squares."""
+    torch.manual_seed(seed)
+    out = model(*inputs)
+    loss = sum((t.float() ** 2).sum() for t in leaves(out) if t.is_floating_point())
+    loss.backward()
+    return out
+
+
+def assert_same_training_step(original, optimized, inputs, rtol=1e-5):
+    """Outputs, every parameter's gradient and every buffer after one step equal the original's."""
+    out_a = train_step(original, inputs)
+    out_b = train_step(optimized, inputs)
+    assert_close_rel(out_a, out_b, rtol, "train output")
+    grads_b = {k: p.grad for k, p in optimized.named_parameters()}
+    checked = 0
+    for name, p in original.named_parameters():
+        assert name in grads_b, f"parameter {name} missing from the optimized module"
+        if p.grad is None:
+            assert grads_b[name] is None or float(grads_b[name].abs().max()) == 0.0
+            continue
+        assert grads_b[name] is not None, f"{name}: no gradient in the optimized module"
+        assert_close_rel(p.grad, grads_b[name], rtol, f"gradient of {name}")
+        checked += 1
+    assert checked > 0
+    buffers_b = dict(optimized.named_buffers())
+    for name, buf in original.named_buffers():
+        assert name in buffers_b, f"buffer {name} missing from the optimized module"
+        assert_close_rel(buf, buffers_b[name], rtol, f"buffer {name}")
+
+
+def fresh(model):
+    return copy.deepcopy(model)
