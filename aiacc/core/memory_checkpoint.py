@@ -9,15 +9,18 @@ to everything after (a ResNet block output, a transformer layer output). A unit 
 - `cost`: what running it again costs (FLOPs, or any additive measure).
 
 A plan keeps some units as they are and groups the others into checkpointed segments (contiguous runs).
-Its activation memory (Chen et al. 2016, "Training deep nets with sublinear memory cost"):
+Its activation memory, in the spirit of Chen et al. 2016 ("Training deep nets with sublinear memory
+cost") with the backward pass's order taken into account:
 
-    memory = sum(saved of kept units) + sum(input of each segment) + max(sum(saved) over a segment's units)
+    memory = max(held at the end of the forward pass,
+                 max over segments s of (held before s + input of s + saved of s's units))
 
-the last term being the segment recomputed during the backward pass; its extra compute is the sum of the
+where a kept unit holds its saved bytes and a segment holds only its input; the second term is the
+backward pass recomputing s while everything before s is still held. Its extra compute is the sum of the
 segments' costs. `plan_checkpoints` finds the plan of least recompute whose memory fits the budget by
-dynamic programming over unit positions (exact on memory bucketed to 1/`resolution` of the budget,
-rounded up so a plan found always fits), once per candidate value of the max term. A budget below
-the smallest memory any plan reaches is refused with that figure.
+dynamic programming over (unit position, bytes held so far), exact on bytes bucketed to 1/`resolution` of
+the budget and rounded up, so a plan found always fits. A budget below the smallest memory any plan
+reaches is refused with that figure.
 """
 from __future__ import annotations
 
@@ -76,79 +79,42 @@ class CheckpointPlan:
 
 def plan_memory_of(units: Sequence[Unit], segments: Sequence[tuple[int, int]]) -> int:
     """The activation memory of a plan (see the module docstring)."""
-    inside = set()
-    total, peak = 0, 0
-    for a, b in segments:
-        total += units[a].input
-        peak = max(peak, sum(u.saved for u in units[a:b + 1]))
-        inside.update(range(a, b + 1))
-    return total + peak + sum(u.saved for i, u in enumerate(units) if i not in inside)
+    first = {a: b for a, b in segments}
+    kept = 0  # held at this point of the forward pass
+    peak = 0
+    i = 0
+    while i < len(units):
+        if i in first:
+            b = first[i]
+            # the backward pass recomputes this segment while everything before it is still held
+            peak = max(peak, kept + units[i].input + sum(u.saved for u in units[i:b + 1]))
+            kept += units[i].input
+            i = b + 1
+        else:
+            kept += units[i].saved
+            i += 1
+    return max(peak, kept)
 
 
-def smallest_memory(units: Sequence[Unit]) -> tuple[int, list[tuple[int, int]]]:
-    """The least activation memory any plan reaches, and one such plan."""
-    best = (plan_memory_of(units, []), [])
-    for cap in sorted({s for s in _segment_sums(units).values()}):
-        segs = _min_kept(units, cap)
-        if segs is not None:
-            m = plan_memory_of(units, segs)
-            if m < best[0]:
-                best = (m, segs)
+def smallest_memory(units: Sequence[Unit], resolution: int = 1024) -> tuple[int, list[tuple[int, int]]]:
+    """The least activation memory a plan reaches (to within 1/resolution), and one such plan."""
+    units = list(units)
+    hi = plan_memory_of(units, [])
+    best = (hi, [])
+    lo = max((u.input for u in units), default=0)
+    while hi - lo > max(hi // (4 * resolution), 1):
+        mid = (lo + hi) // 2
+        segs = _least_recompute(units, mid, resolution)
+        if segs is None:
+            lo = mid
+        else:
+            mem = plan_memory_of(units, segs)
+            best = min(best, (mem, segs), key=lambda t: t[0])
+            hi = min(mid, mem)
     return best
 
 
-def _segment_sums(units: Sequence[Unit]) -> dict[tuple[int, int], int]:
-    sums = {}
-    for a in range(len(units)):
-        if not units[a].checkpointable:
-            continue
-        s = 0
-        for b in range(a, len(units)):
-            if not units[b].checkpointable:
-                break
-            s += units[b].saved
-            sums[(a, b)] = s
-    return sums
-
-
-def _min_kept(units: Sequence[Unit], cap: int) -> list[tuple[int, int]] | None:
-    """Segments minimizing kept memory (kept units' saved + segment inputs) with every segment's saved
-    total at most `cap` (a shortest path over positions)."""
-    n = len(units)
-    inf = float("inf")
-    best = [inf] * (n + 1)
-    choice: list[tuple[int, int] | None] = [None] * (n + 1)
-    best[0] = 0
-    for i in range(n):
-        if best[i] == inf:
-            continue
-        # keep unit i
-        if best[i] + units[i].saved < best[i + 1]:
-            best[i + 1], choice[i + 1] = best[i] + units[i].saved, None
-        if not units[i].checkpointable:
-            continue
-        s = 0
-        for j in range(i, n):
-            if not units[j].checkpointable:
-                break
-            s += units[j].saved
-            if s > cap:
-                break
-            if best[i] + units[i].input < best[j + 1]:
-                best[j + 1], choice[j + 1] = best[i] + units[i].input, (i, j)
-    segs, k = [], n
-    while k > 0:
-        c = choice[k]
-        if c is None:
-            k -= 1
-        else:
-            segs.append(c)
-            k = c[0]
-    return list(reversed(segs))
-
-
-def plan_checkpoints(units: Sequence[Unit], budget: int, resolution: int = 1024,
-                     candidates: int = 48) -> CheckpointPlan:
+def plan_checkpoints(units: Sequence[Unit], budget: int, resolution: int = 1024) -> CheckpointPlan:
     """The plan of least recompute whose activation memory is at most `budget` bytes.
 
     Raises MemoryBudgetError (with the smallest achievable figure) when no plan fits.
@@ -158,44 +124,28 @@ def plan_checkpoints(units: Sequence[Unit], budget: int, resolution: int = 1024,
     total_cost = float(sum(u.cost for u in units))
     if budget >= baseline:
         return CheckpointPlan(units, [], baseline, baseline, 0.0, total_cost, budget, ["the budget needs no recompute"])
-    smallest, smallest_segs = smallest_memory(units)
-    if budget < smallest:
-        mib = 1 << 20
-        raise MemoryBudgetError(
-            f"memory_budget of {budget / mib:.2f} MiB cannot be met: the smallest activation memory reachable by "
-            f"recomputing ({len(smallest_segs)} checkpointed segments) is {smallest / mib:.2f} MiB "
-            f"({smallest} bytes; the original needs {baseline / mib:.2f} MiB)", smallest)
-    sums = _segment_sums(units)
-    caps = sorted({s for s in sums.values() if s <= budget})
-    if len(caps) > candidates:  # the max term's candidates: spread over the range, always keep the extremes
-        idx = np.unique(np.linspace(0, len(caps) - 1, candidates).round().astype(int))
-        caps = [caps[i] for i in idx]
-    best: tuple[float, int, list[tuple[int, int]]] | None = None
-    for cap in caps:
-        room = budget - cap
-        if room < 0:
-            continue
-        segs = _least_recompute(units, cap, room, resolution)
-        if segs is None:
-            continue
-        mem = plan_memory_of(units, segs)
-        if mem > budget:  # cannot happen with rounding up, kept as a guard
-            continue
-        rc = float(sum(u.cost for a, b in segs for u in units[a:b + 1]))
-        if best is None or (rc, mem) < (best[0], best[1]):
-            best = (rc, mem, segs)
-    if best is None:  # the bucketed search is conservative; the smallest plan always fits
-        segs = smallest_segs
-        best = (float(sum(u.cost for a, b in segs for u in units[a:b + 1])), smallest, segs)
-    rc, mem, segs = best
-    return CheckpointPlan(units, segs, mem, baseline, rc, total_cost, budget)
+    segs = _least_recompute(units, budget, resolution)
+    if segs is None or plan_memory_of(units, segs) > budget:
+        smallest, smallest_segs = smallest_memory(units, resolution)
+        if smallest <= budget:  # the bucketed search is conservative near the limit
+            segs = smallest_segs
+        else:
+            mib = 1 << 20
+            raise MemoryBudgetError(
+                f"memory_budget of {budget / mib:.2f} MiB cannot be met: the smallest activation memory reachable "
+                f"by recomputing ({len(smallest_segs)} checkpointed segments) is {smallest / mib:.2f} MiB "
+                f"({smallest} bytes; the original needs {baseline / mib:.2f} MiB)", smallest)
+    rc = float(sum(u.cost for a, b in segs for u in units[a:b + 1]))
+    return CheckpointPlan(units, segs, plan_memory_of(units, segs), baseline, rc, total_cost, budget)
 
 
-def _least_recompute(units: Sequence[Unit], cap: int, room: int, resolution: int) -> list[tuple[int, int]] | None:
-    """Segments of least recompute with kept memory <= room and each segment's saved total <= cap."""
+def _least_recompute(units: Sequence[Unit], budget: int, resolution: int) -> list[tuple[int, int]] | None:
+    """Segments of least recompute whose memory is at most `budget`, by DP over (unit position, bytes
+    held so far in buckets of budget/resolution, rounded up). A segment (i..j) may start in bucket m only
+    if m's bytes + its input + its units' saved bytes fit the budget (its recompute in the backward pass)."""
     n = len(units)
-    q = max(room / resolution, 1.0)
-    k = int(room // q) + 1  # buckets 0..k-1; kept memory rounded up to buckets
+    q = max(budget / resolution, 1.0)
+    k = int(budget // q) + 1  # buckets 0..k-1; bucket m holds at most m*q bytes
 
     def buckets(b: int) -> int:
         return int(np.ceil(b / q - 1e-9))
@@ -203,7 +153,7 @@ def _least_recompute(units: Sequence[Unit], cap: int, room: int, resolution: int
     inf = np.inf
     dp = np.full((n + 1, k), inf)
     dp[0, 0] = 0.0
-    # back pointers: the position a state came from, and whether units from there on were a segment
+    # back pointers: the position a state came from, and whether the units from there on were a segment
     src = np.full((n + 1, k), -1, dtype=np.int64)
     seg_kind = np.zeros((n + 1, k), dtype=bool)
     keep_w = [buckets(u.saved) for u in units]
@@ -212,9 +162,8 @@ def _least_recompute(units: Sequence[Unit], cap: int, room: int, resolution: int
         row = dp[i]
         if not np.isfinite(row).any():
             continue
-        # keep unit i
         w = keep_w[i]
-        if w < k:
+        if w < k:  # keep unit i
             cand = np.full(k, inf)
             cand[w:] = row[:k - w]
             better = cand < dp[i + 1]
@@ -226,16 +175,18 @@ def _least_recompute(units: Sequence[Unit], cap: int, room: int, resolution: int
         w = seg_w[i]
         if w >= k:
             continue
-        s, cost = 0, 0.0
-        shifted = np.full(k, inf)
-        shifted[w:] = row[:k - w]
+        s, cost = units[i].input, 0.0
         for j in range(i, n):
             if not units[j].checkpointable:
                 break
             s += units[j].saved
             cost += units[j].cost
-            if s > cap:
+            limit = int((budget - s) // q)  # start buckets m with m*q + s <= budget
+            if limit < 0:
                 break
+            shifted = np.full(k, inf)
+            top = min(limit + 1, k - w)
+            shifted[w:w + top] = row[:top]
             cand = shifted + cost
             better = cand < dp[j + 1]
             dp[j + 1][better] = cand[better]
