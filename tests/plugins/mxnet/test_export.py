@@ -88,3 +88,16 @@ def test_export_of_a_traced_graph_via_aiacc_export(zoo):
     g = aiacc.trace(model, ex)
     block = aiacc.export(g, "mxnet")
     _check_same(MXNetTranslator().run(block, ex), MXNetTranslator().run(model, ex))
+
+
+def test_debug_mode_checks_numerics_per_pass(zoo):
+    model, ex = zoo("bert_encoder")
+    fast = aiacc.optimize(model, ex, level=2, debug=True)
+    assert fast.aiacc_report is not None
+    _check_same(MXNetTranslator().run(fast, ex), MXNetTranslator().run(model, ex))
+
+
+def test_bare_symbol_with_params_keyword(zoo):
+    (sym, args, aux), ex = zoo("symbol_ops")
+    g = aiacc.trace(sym, ex, arg_params=args, aux_params=aux)
+    assert not [n for n in g if n.is_opaque]
