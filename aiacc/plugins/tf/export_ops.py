@@ -283,6 +283,10 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
                                data_format="NHWC", dilations=dl)
     elif i_g == 1 and o % group == 0 and strides[0] == strides[1]:
         mult = o // group
+        if padding == "EXPLICIT":
+            # TF 2.21 aborts (tensor_format.h CHECK) on DepthwiseConv2dNative with EXPLICIT padding: pad first
+            x = tfm.pad(x, [[0, 0], explicit[2:4], explicit[4:6], [0, 0]])
+            padding, explicit = "VALID", []
         filt = tfm.constant(np.ascontiguousarray(w.reshape(group, mult, kh, kw).transpose(2, 3, 0, 1)))
         y = tfm.raw_ops.DepthwiseConv2dNative(input=x, filter=filt, strides=st, padding=padding,
                                               explicit_paddings=explicit, data_format="NHWC", dilations=dl)

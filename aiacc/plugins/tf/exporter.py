@@ -120,6 +120,7 @@ class Emitter:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.env: dict[int, tuple[Any, bool]] = {}
+        self._cache: dict[tuple[str, int], Any] = {}
 
     def run(self, xs: list) -> list:
         tfm = tf()
@@ -153,16 +154,26 @@ class Emitter:
         return v is not None and v.const is None and self.env_entry(v)[1]
 
     def std(self, v: Value) -> Any:
-        """The tensor in the IR's layout."""
+        """The tensor in the IR's layout (one transpose per value at most)."""
         t, nhwc = self.env_entry(v)
-        return tf().transpose(t, TO_NCHW) if nhwc else t
+        if not nhwc:
+            return t
+        key = ("std", id(v))
+        if key not in self._cache:
+            self._cache[key] = tf().transpose(t, TO_NCHW)
+        return self._cache[key]
 
     def nhwc(self, v: Value) -> Any:
-        """The rank-4 value in NHWC."""
+        """The rank-4 value in NHWC (one transpose per value at most)."""
         if v.const is not None:
             return tf().constant(np.ascontiguousarray(np.transpose(v.const, TO_NHWC)))
         t, nhwc = self.env_entry(v)
-        return t if nhwc else tf().transpose(t, TO_NHWC)
+        if nhwc:
+            return t
+        key = ("nhwc", id(v))
+        if key not in self._cache:
+            self._cache[key] = tf().transpose(t, TO_NHWC)
+        return self._cache[key]
 
     def const(self, v: Value | None) -> np.ndarray | None:
         if v is None:
