@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
-from aiacc.errors import GraphError, ShapeError, VerificationError
+from aiacc.errors import ShapeError, VerificationError
 
 #: ops whose output is the input's bytes reinterpreted (no computation)
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -559,4 +559,4 @@ def format_memory_plan(plan: MemoryPlan):
 
 
 __all__ = ["plan_memory", "MemoryPlan", "Allocation", "check_plan", "format_memory_plan", "concrete_types",
-           "MemoryProblem", "lifetimes", "schedule_bound", "inplace_kind", "GraphError"]
+           "MemoryProblem", "lifetimes", "schedule_bound", "inplace_kind"]
