@@ -569,13 +569,12 @@ def _embedding(ctx: Ctx):
 
 @converter("take")
 def _take(ctx: Ctx):
-    if ctx.str("mode", "clip") != "wrap" and ctx.str("mode", "clip") != "clip":
-        return None
-    if ctx.str("mode", "clip") == "clip":
-        return None  # ONNX Gather has no clipping; keep MXNet's semantics opaque
+    if ctx.str("mode", "clip") != "wrap":
+        return None  # "clip" and "raise" have no ONNX Gather equivalent; keep MXNet's semantics opaque
     idx = ctx.inputs[1]
     if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
         idx = ctx.op("Cast", idx, to="int64")
+    # ONNX Gather wraps negative indices once, as "wrap" does for indices in [-n, n)
     return ctx.op("Gather", ctx.inputs[0], idx, axis=ctx.int("axis", 0))
 
 

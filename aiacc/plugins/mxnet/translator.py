@@ -115,6 +115,9 @@ def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] 
         names = list(input_names)
     else:
         n = len(example_arrays(example_inputs)) if example_inputs is not None else None
+        if n is not None and n > len(free):
+            raise ShapeError(f"{m.source}: {n} example inputs given, but the model has {len(free)} input "
+                             f"variable(s): {', '.join(free) or 'none'}")
         names = free if n is None else free[:n]
     for name in free:
         if name not in names:
@@ -217,6 +220,8 @@ class MXNetTranslator(Translator):
 
         sym, args, aux = export_symbol(graph)
         block = symbol_block(sym.to_json(), [v.name for v in graph.inputs], args, aux)
+        if options.get("static_alloc", True):  # MXNet's fastest CachedOp mode; shapes may still change
+            block.hybridize(static_alloc=True)
         block.aiacc_graph = graph
         return block
 

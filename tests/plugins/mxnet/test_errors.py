@@ -117,3 +117,10 @@ def test_block_without_example_inputs_is_refused():
 
 def test_all_errors_are_aiacc_errors():
     assert issubclass(ParseError, AiaccError) and issubclass(UnsupportedError, AiaccError)
+
+
+def test_too_many_example_inputs():
+    sym = _small_symbol()
+    x = np.zeros((1, 2, 5, 5), np.float32)
+    with pytest.raises(ShapeError, match=r"2 example inputs given, but the model has 1 input variable\(s\): data"):
+        aiacc.trace((sym, _params(sym), {}), (x, x))

@@ -1,5 +1,4 @@
 """-symbol.json + .params files: load_graph for `aiacc inspect/dump`, optimize_file for `aiacc optimize`."""
-import numpy as np
 import pytest
 
 from aiacc.core import run
