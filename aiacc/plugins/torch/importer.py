@@ -165,8 +165,9 @@ class Importer:
         buffers = {k: b.detach().clone() for k, b in self.model.named_buffers()}
         rng = torch.get_rng_state()
         runner = _ExampleRun(gm)
-        args = [bound.arguments[n.target] for n in gm.graph.nodes if n.op == "placeholder"
-                and n.target not in concrete]
+        names = self._placeholder_names(gm)
+        args = [bound.arguments[names[n]] for n in gm.graph.nodes if n.op == "placeholder"
+                and names[n] not in concrete]
         try:
             with torch.no_grad():
                 runner.run(*args)
@@ -182,10 +183,11 @@ class Importer:
         self.example = example
         env: dict[fx.Node, Any] = {}
         signature = []
+        placeholder_names = self._placeholder_names(gm)
         for n in gm.graph.nodes:
             self.current = n
             if n.op == "placeholder":
-                name = n.target
+                name = placeholder_names[n]
                 if name in concrete:
                     env[n] = concrete[name]
                     signature.append(("const", name, concrete[name]))
@@ -224,6 +226,16 @@ class Importer:
         # graph inputs: user inputs first, then (train mode) the model state
         state_inputs = [v for v in g.inputs if v.name in self.state]
         g.inputs = [v for v in g.inputs if v.name not in self.state] + state_inputs
+
+    def _placeholder_names(self, gm: fx.GraphModule) -> dict[fx.Node, str]:
+        """fx makes one placeholder per forward parameter, in order (concrete ones may be renamed)."""
+        import inspect as _inspect
+
+        params = list(_inspect.signature(self.model.forward).parameters)
+        nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(nodes) == len(params):
+            return dict(zip(nodes, params))
+        return {n: n.target for n in nodes}
 
     def _convert_call(self, gm: fx.GraphModule, n: fx.Node, args: tuple, kwargs: dict) -> Any:
         module = gm.get_submodule(n.target) if n.op == "call_module" else None

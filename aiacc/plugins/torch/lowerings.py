@@ -402,6 +402,12 @@ def _convt(b, n):
                   _sym_pads(n, pads, "ConvTranspose"), out_pad, n.attr("group", 1), dilations)
 
 
+@torch.fx.node.has_side_effect
+def count_batch(counter: torch.Tensor) -> None:
+    """BatchNorm's num_batches_tracked += 1 (marked side-effectful so fx dead-code elimination keeps it)."""
+    counter.add_(1)
+
+
 @lowering("BatchNormalization")
 def _bn(b, n):
     eps = float(n.attr("epsilon", 1e-5))
@@ -417,7 +423,7 @@ def _bn(b, n):
                eps)
     counter = n.meta.get("torch.num_batches_tracked")
     if counter is not None and b.ir.has_value(counter):
-        b.method("add_", arg(b, b.ir.value(counter)), 1)
+        b.call(count_batch, arg(b, b.ir.value(counter)))
     return [y, mean, var]
 
 

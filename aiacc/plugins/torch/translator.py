@@ -42,15 +42,11 @@ class TorchTranslator(Translator):
             graph.meta["torch.state_arrays"] = arrays
         return graph
 
-    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", memory_budget: Any = None,
-               **options: Any) -> nn.Module:
+    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> nn.Module:
         if backend == "native":
             from aiacc.plugins.torch.exporter import export
 
-            module = export(graph, original)
-            if memory_budget is not None:
-                module = _plan_memory(module, graph, memory_budget, original, options)
-            return module
+            return export(graph, original)
         if backend == "onnxruntime":
             if graph.meta.get("torch.mode") == "train":
                 raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
@@ -111,15 +107,13 @@ def _lookup_state(model: nn.Module, qualname: str) -> torch.Tensor:
     raise UnsupportedError(f"the model has no parameter or buffer {qualname}")
 
 
-def _plan_memory(module: nn.Module, graph: Graph, budget: Any, original: Any, options: dict) -> nn.Module:
-    """mode='train', memory_budget=...: hand the exported module to the training memory planner."""
-    if graph.meta.get("torch.mode") != "train":
-        raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
+def _plan_memory(module: nn.Module, example_inputs: Any, budget: Any) -> nn.Module:
+    """mode='train', memory_budget=...: the training memory planner picks what to recompute."""
     try:
         from aiacc.plugins.torch.memory import plan_training_memory
     except ImportError as e:
         raise UnsupportedError(f"memory_budget needs aiacc.plugins.torch.memory.plan_training_memory: {e}") from e
-    return plan_training_memory(module, graph, budget, original=original, **options)
+    return plan_training_memory(module, example_inputs, budget)
 
 
 TRANSLATOR = TorchTranslator()
@@ -142,7 +136,15 @@ def optimize(model: Any, example_inputs: Any = None, **options: Any) -> nn.Modul
     options["mode"] = normalize_mode(options.get("mode"), model)
     if options.get("backend") == "onnxruntime" and options["mode"] == "training":
         raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
-    return optimize_model(TRANSLATOR, model, example_inputs, **options)
+    budget = options.pop("memory_budget", None)
+    if budget is not None and options["mode"] != "training":
+        raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
+    out = optimize_model(TRANSLATOR, model, example_inputs, **options)
+    if budget is not None:
+        report = getattr(out, "aiacc_report", None)
+        out = _plan_memory(out, example_inputs, budget)
+        out.aiacc_report = report
+    return out
 
 
 def export(graph: Graph, original: Any = None, backend: str = "native", **options: Any) -> nn.Module:
