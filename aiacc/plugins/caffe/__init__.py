@@ -4,11 +4,12 @@
     model = CaffeModel.load("deploy.prototxt", "weights.caffemodel")
     fast = aiacc.optimize(model, {"data": image})      # a CaffeModel again
     fast.save("fast.prototxt", "fast.caffemodel")      # loads in Caffe and OpenCV dnn
+    ort = aiacc.optimize(model, {"data": image}, backend="onnxruntime")   # OrtCaffeModel: same forward()
 
 There is no Caffe runtime: files are read and written with protobuf through the schema in caffe.proto
 (caffe_pb2.py is generated from it), and CaffeModel.forward runs on aiacc's reference executor.
 Submodules: proto (files, legacy upgrades, blobs), importer (layers -> IR), exporter (IR -> layers),
-model (CaffeModel), translator (the plugin API), files (the CLI's entry points).
+model (CaffeModel), ort (OrtCaffeModel, backend='onnxruntime'), translator (the plugin API), files (the CLI's entry points).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 from aiacc.plugins.base import optimize_model
 from aiacc.plugins.caffe.importer import register_layer, unregister_layer  # noqa: F401
 from aiacc.plugins.caffe.model import CaffeModel  # noqa: F401
+from aiacc.plugins.caffe.ort import OrtCaffeModel  # noqa: F401
 from aiacc.plugins.caffe.translator import CaffeTranslator
 
 _translator = CaffeTranslator()
@@ -37,4 +39,4 @@ def export(graph, **options: Any) -> CaffeModel:
     return _translator.export(graph, **options)
 
 
-__all__ = ["CaffeModel", "CaffeTranslator", "register_layer", "unregister_layer", "trace", "optimize", "export"]
+__all__ = ["CaffeModel", "OrtCaffeModel", "CaffeTranslator", "register_layer", "unregister_layer", "trace", "optimize", "export"]

@@ -1,5 +1,6 @@
-"""The Caffe half of aiacc.optimize: CaffeModel -> IR (trace), IR -> CaffeModel (export), and running a
-CaffeModel on the reference executor (run) for the before/after comparison."""
+"""The Caffe half of aiacc.optimize: CaffeModel -> IR (trace), IR -> CaffeModel (export; or an
+OrtCaffeModel running the net in onnxruntime for backend="onnxruntime"), and running either (run) for the
+before/after comparison."""
 from __future__ import annotations
 
 from typing import Any
@@ -28,13 +29,25 @@ class CaffeTranslator(Translator):
     def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> CaffeModel:
         from aiacc.plugins.caffe.exporter import export_graph
 
-        if backend != "native":
-            raise UnsupportedError(f"the Caffe plugin exports CaffeModels only (backend='native'), not {backend!r}")
         name = original.name if isinstance(original, CaffeModel) and original.name else None
+        if backend == "onnxruntime":
+            from aiacc.plugins.caffe.ort import OrtCaffeModel
+
+            # the outputs keep the original's blob names (the passes may rename the values behind them)
+            outputs = original.outputs if isinstance(original, CaffeModel) else None
+            if outputs is not None and len(outputs) != len(graph.outputs):
+                outputs = None
+            return OrtCaffeModel(graph, outputs, name=name, providers=options.get("providers"))
+        if backend != "native":
+            raise UnsupportedError(f"the Caffe plugin has no backend {backend!r} (use 'native' or 'onnxruntime')")
         return export_graph(graph, name)
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
-        return list(_model(model).forward(**_model(model).feeds(example_inputs)).values())
+        from aiacc.plugins.caffe.ort import OrtCaffeModel
+
+        if not isinstance(model, OrtCaffeModel):
+            model = _model(model)
+        return list(model.forward(**model.feeds(example_inputs)).values())
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         names = [v.name for v in graph.inputs]
