@@ -29,7 +29,10 @@ def _is_tf(model: Any) -> bool:
         return False
     function_types = tuple(t for t in (getattr(tf.types.experimental, "GenericFunction", None),
                                        getattr(tf.types.experimental, "ConcreteFunction", None)) if t)
-    return isinstance(model, (tf.Module,) + function_types)
+    # objects restored by tf.saved_model.load are AutoTrackables, not tf.Modules
+    restored = getattr(getattr(tf, "__internal__", None), "tracking", None)
+    restored_types = (restored.AutoTrackable,) if restored is not None else ()
+    return isinstance(model, (tf.Module,) + function_types + restored_types)
 
 
 def _is_mxnet(model: Any) -> bool:
