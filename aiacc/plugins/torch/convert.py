@@ -886,3 +886,56 @@ def _f_pad(imp, x, pad, mode="constant", value=None):
 LEAF_TYPES: tuple[type, ...] = ()  # filled in by attention.py (modules aiacc decomposes itself)
 
 from aiacc.plugins.torch import attention  # noqa: E402,F401  (registers the attention converters)
+
+
+# ---------------------------------------------------------------------------------- aten (torch.export)
+def aten_converter(target: Any) -> Callable | None:
+    """A converter for an aten OpOverload (programs from torch.export): the converter of the torch
+    function or Tensor method of the same name, whose positional arguments aten mirrors."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    name = target.overloadpacket.__name__
+    if name in ATEN:
+        return ATEN[name]
+    fn = getattr(torch, name, None)
+    conv = FUNCTIONS.get(fn) if fn is not None else None
+    if conv is None and getattr(F, name, None) is not None:
+        conv = FUNCTIONS.get(getattr(F, name))
+    if conv is None and name in METHODS:
+        conv = METHODS[name]
+    return conv
+
+
+def _aten_embedding(imp, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return imp.op("Gather", tensor(weight), tensor(indices), axis=0)
+
+
+def _aten_bn_no_training(imp, x, weight, bias, running_mean, running_var, momentum, eps):
+    y = batch_norm(imp, x, running_mean, running_var, weight, bias, False, momentum, eps)
+    return (y, None, None)
+
+
+def _aten_batch_norm(imp, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn=True):
+    return _f_bn(imp, x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def _aten_dropout(imp, x, p, train):
+    return dropout(imp, x, p, bool(train) and imp.training)
+
+
+ATEN: dict[str, Callable] = {
+    "embedding": _aten_embedding,
+    "_native_batch_norm_legit_no_training": _aten_bn_no_training,
+    "batch_norm": _aten_batch_norm,
+    "dropout": _aten_dropout,
+    "linear": _f_linear,
+    "conv2d": _f_conv(2), "conv1d": _f_conv(1),
+    "max_pool2d": _f_maxpool(2), "avg_pool2d": _f_avgpool(2),
+    "adaptive_avg_pool2d": FUNCTIONS[F.adaptive_avg_pool2d],
+    "gelu": _gelu, "silu": _silu, "hardswish": _unary("HardSwish"), "relu6": _relu6, "hardtanh": _hardtanh,
+    "layer_norm": lambda imp, x, shape, w=None, b=None, eps=1e-5, cudnn=True: layer_norm(imp, x, shape, w, b, eps),
+    "softmax": _softmax_like("Softmax"), "_softmax": lambda imp, x, dim, half: _softmax_like("Softmax")(imp, x, dim),
+    "view": _view, "reshape": _view, "flatten": flatten, "permute": _f_permute, "expand": _expand,
+    "scaled_dot_product_attention": None,
+}
+ATEN = {k: v for k, v in ATEN.items() if v is not None}

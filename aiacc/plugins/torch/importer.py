@@ -253,7 +253,7 @@ class Importer:
             fn = convert.METHODS.get(n.target)
             key = f"Tensor.{n.target}"
         else:
-            fn = convert.FUNCTIONS.get(n.target)
+            fn = convert.FUNCTIONS.get(n.target) or convert.aten_converter(n.target)
             key = describe_node(gm, n)
         reason = "no converter"
         if fn is not None:
@@ -378,7 +378,7 @@ class Importer:
             fn, kind, label = MethodCall(n.target), "method", f"Tensor.{n.target}"
         else:
             fn, kind = n.target, "function"
-            label = getattr(n.target, "__qualname__", None) or getattr(n.target, "__name__", "call")
+            label = getattr(n.target, "__name__", None) or getattr(n.target, "__qualname__", "call")
             self_obj = getattr(n.target, "__self__", None)
             if isinstance(self_obj, type):  # a bound classmethod such as MyFunction.apply
                 label = f"{self_obj.__name__}.{n.target.__name__}"

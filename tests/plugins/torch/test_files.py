@@ -44,3 +44,14 @@ def test_bad_references():
         load_graph("missing.pt2")
     with pytest.raises(ParseError, match="cannot import"):
         load_graph("tests.zoo.torch_models:nope")
+
+
+def test_pt2_conv_net_has_no_opaque_nodes(tmp_path):
+    from tests.zoo.torch_models import resnet18
+
+    model, (x,) = resnet18()
+    path = tmp_path / "r18.pt2"
+    torch.export.save(torch.export.export(model, (x,)), path)
+    graph = load_graph(str(path))
+    assert [n.qualified_op for n in graph if n.is_opaque] == []
+    assert len(graph.find_nodes("BatchNormalization")) == 20
