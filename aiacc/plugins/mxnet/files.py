@@ -59,16 +59,39 @@ def _shapes_from_symbol(model) -> dict[str, tuple]:
     return out
 
 
+def _shapes_from_first_convolution(model) -> dict[str, tuple]:
+    """Symbolic shapes ("N", C, "H", "W") for inputs read directly by a Convolution: its kernel gives the
+    rank and its weight the channel count, so passes that need ranks (BatchNorm folding...) still apply."""
+    from aiacc.plugins.mxnet.symjson import attr_int, attr_tuple
+
+    out: dict[str, tuple] = {}
+    nodes = model.symbol.nodes
+    params = model.params
+    for n in nodes:
+        if n.op != "Convolution" or len(n.inputs) < 2:
+            continue
+        src, w = nodes[n.inputs[0][0]], nodes[n.inputs[1][0]]
+        if not src.is_variable or src.name in params or src.name in out or w.name not in params:
+            continue
+        kernel = attr_tuple(n, "kernel", ())
+        spatial = ("H", "W") if len(kernel) == 2 else ("D", "H", "W")[-len(kernel):] if kernel else ()
+        if spatial:
+            out[src.name] = ("N", int(params[w.name].shape[1]) * (attr_int(n, "num_group", 1) or 1), *spatial)
+    return out
+
+
 def load_graph(path: str, *, params: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
                input_names: Sequence[str] | None = None, **_: Any) -> Graph:
     """The IR graph of an MXNet -symbol.json file with the .params beside it (or `params=`).
 
-    Input shapes come from `input_shapes=`, else from the variables' `__shape__` attributes; inputs without
-    either keep an unknown shape (ops that need it stay opaque)."""
+    Input shapes come from `input_shapes=`, else from the variables' `__shape__` attributes, else (for an
+    input read by a Convolution) a symbolic ("N", C, "H", "W"); other inputs keep an unknown shape (ops that
+    need it stay opaque)."""
     from aiacc.plugins.mxnet.translator import MXNetTranslator
 
     model = read_model(path, params)
-    shapes = dict(_shapes_from_symbol(model))
+    shapes = dict(_shapes_from_first_convolution(model))
+    shapes.update(_shapes_from_symbol(model))
     shapes.update({k: tuple(v) for k, v in (input_shapes or {}).items()})
     names = list(input_names) if input_names else None
     g = MXNetTranslator().trace(model, None, input_shapes=shapes, input_names=names,

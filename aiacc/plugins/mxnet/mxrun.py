@@ -37,6 +37,9 @@ def _single_op_json(node: MxNode, n_inputs: int) -> str:
                        "heads": [[n_inputs, 0, 0]], "attrs": {"mxnet_version": ["int", MXNET_VERSION]}})
 
 
+_STAND_IN_BASE = 1000003  # stand-in sizes for symbolic dimensions, far from any real size
+
+
 class OpaqueBackend:
     """Shape inference and a numpy-level kernel for an MXNet op aiacc keeps opaque."""
 
@@ -45,18 +48,37 @@ class OpaqueBackend:
         m = mx()
         sym = self.symbol(node, len(input_types))
         n_out = len(sym.list_outputs())
-        known = all(t is not None and t.is_static for t in input_types)
-        first_dtype = input_types[0].dtype if input_types and input_types[0] is not None else None
-        if not known:
+        if any(t is None or t.shape is None for t in input_types):
+            first_dtype = input_types[0].dtype if input_types and input_types[0] is not None else None
             return [TensorType(first_dtype, None) for _ in range(n_out)]
-        shapes = {f"in{i}": t.shape for i, t in enumerate(input_types)}
-        dtypes = {f"in{i}": np.dtype(t.dtype) for i, t in enumerate(input_types)}
+        # symbolic dimensions: infer with large distinct stand-ins and map them back; any other large
+        # size in the result was derived from a symbol and is unknown
+        stand_in: dict[str, int] = {}  # symbol (or "?k" for the k-th unknown size) -> stand-in size
+        shapes = {}
+        for i, t in enumerate(input_types):
+            dims = []
+            for d in t.shape:
+                if not isinstance(d, int):
+                    key = d if isinstance(d, str) else f"?{len(stand_in)}"
+                    d = stand_in.setdefault(key, _STAND_IN_BASE + 38 * len(stand_in))
+                dims.append(d)
+            shapes[f"in{i}"] = tuple(dims)
+        symbol_of = {v: (None if k.startswith("?") else k) for k, v in stand_in.items()}
+        dtypes = {f"in{i}": np.dtype(t.dtype or "float32") for i, t in enumerate(input_types)}
         try:
             _, out_shapes, _ = sym.infer_shape(**shapes)
             _, out_types, _ = sym.infer_type(**dtypes)
         except m.base.MXNetError as e:
+            if stand_in:  # the op may not accept the stand-in sizes: leave the shapes unknown
+                return [TensorType(input_types[0].dtype, None) for _ in range(n_out)]
             raise ShapeError(f"{node.describe()}: MXNet cannot infer its output shapes: {_mx_error(e)}") from None
-        return [TensorType(np.dtype(dt).name, tuple(s)) for s, dt in zip(out_shapes, out_types)]
+
+        def back(d: int):
+            if d in symbol_of:
+                return symbol_of[d]
+            return None if stand_in and d >= 1000 else d
+
+        return [TensorType(np.dtype(dt).name, tuple(back(d) for d in s)) for s, dt in zip(out_shapes, out_types)]
 
     def symbol(self, node: MxNode, n_inputs: int):
         """A symbol of the op alone, with inputs in0..inN and every visible output as a head."""

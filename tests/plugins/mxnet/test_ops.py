@@ -228,3 +228,18 @@ def test_dropout_is_identity_at_inference():
 def test_unknown_op_is_opaque_and_runs():
     check(S.smooth_l1(X, scalar=1.5) + S.L2Normalization(X, mode="instance"), {"x": (2, 6)},
           opaque=["L2Normalization", "smooth_l1"])
+
+
+def test_opaque_shape_inference_keeps_symbols():
+    from aiacc.core.ir import TensorType
+    from aiacc.plugins.mxnet.mxrun import OpaqueBackend
+    from aiacc.plugins.mxnet.symjson import MxNode
+
+    backend = OpaqueBackend()
+    l2 = MxNode(1, "L2Normalization", "l2", {"mode": "channel"})
+    assert backend.infer(l2, [TensorType("float32", ("N", 3, None, "W"))]) == \
+        [TensorType("float32", ("N", 3, None, "W"))]
+    pool = MxNode(1, "Pooling", "p", {"kernel": "(2, 2)", "stride": "(2, 2)", "pool_type": "max"})
+    # H/2 is derived from a symbol: unknown, not a made-up number
+    assert backend.infer(pool, [TensorType("float32", ("N", 3, "H", 8))]) == \
+        [TensorType("float32", ("N", 3, None, 4))]
