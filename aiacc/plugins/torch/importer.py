@@ -209,7 +209,7 @@ class Importer:
             elif n.op == "get_attr":
                 env[n] = self._get_attr(gm, n.target)
             elif n.op == "output":
-                leaves, spec = pytree.tree_flatten(fx.node.map_arg(n.args[0], lambda a: env[a]))
+                leaves, spec = pytree.tree_flatten(_plain(fx.node.map_arg(n.args[0], lambda a: env[a])))
                 out_leaves = []
                 for leaf in leaves:
                     if isinstance(leaf, Value):
@@ -396,6 +396,19 @@ class Importer:
         for k, i in enumerate(tensor_pos):
             results[i] = node.outputs[k]
         return pytree.tree_unflatten(results, out_spec)
+
+
+def _plain(x: Any) -> Any:
+    """fx's immutable containers as the plain dict / list / tuple the model returned."""
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    if isinstance(x, immutable_dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, immutable_list):
+        return [_plain(v) for v in x]
+    if type(x) is tuple:
+        return tuple(_plain(v) for v in x)
+    return x
 
 
 def _has_ir_value(x: Any) -> bool:
