@@ -4,6 +4,7 @@
     aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs
     aiacc dump model.onnx --format text|json|dot -o FILE
     aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
+    aiacc demo [--frameworks torch,tf] [--models resnet50,bert_encoder]   the bundled models, optimized and timed
 
 Model files are recognised by their name: .onnx (here), an aiacc graph (.json + .npz, or text .aiacc + .npz);
 other frameworks go to their plugin's `aiacc.plugins.<fw>.files` module: torch (.pt2 or `pkg.module:factory`),
@@ -333,6 +334,12 @@ def cmd_example(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from aiacc.demo import main as demo_main
+
+    return demo_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from aiacc import __version__
 
@@ -372,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--image-size", type=int, default=None)
     s.set_defaults(fn=cmd_example)
+
+    from aiacc.demo import add_arguments as demo_arguments
+
+    s = sub.add_parser("demo", help="the main job: optimize the bundled models of every installed framework "
+                                    "(both backends), time them and check their numbers")
+    demo_arguments(s)
+    s.set_defaults(fn=cmd_demo)
     return p
 
 

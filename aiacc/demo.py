@@ -1,0 +1,329 @@
+"""`aiacc demo`: the main job. The bundled models (aiacc.zoo) of every installed framework are optimized
+with aiacc, for both backends, then timed side by side and checked against the original numbers.
+
+    aiacc demo                                   # ResNet-50 of torch, tf, mxnet and caffe, batch 1, 224x224
+    aiacc demo --models resnet50,mobilenet_v2,bert_encoder --frameworks torch,caffe --iters 20
+
+For each (framework, model): build the model, `aiacc.optimize` it with backend="native" and with
+backend="onnxruntime", run the three interleaved (so drift hits all alike) and print one table: median
+latencies, speedups over the original, the maximum relative error of each optimized model against the
+original on the same inputs (the numeric check: it passes at 1e-4), and the node count before and after
+the passes. A rich progress display shows what is running.
+
+The pieces (`runner`, `time_interleaved`, `max_rel_error`) are shared with benchmarks/inference.py.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from aiacc import zoo
+from aiacc.errors import AiaccError, UnsupportedError
+
+DEMO_FRAMEWORKS = ("torch", "tf", "mxnet", "caffe")
+BACKENDS = ("native", "onnxruntime")
+TOLERANCE = 1e-4  # maximum relative error (to the largest magnitude of each output) that passes the check
+PLUGIN_HINTS = {"torch": "pip install 'aiacc[torch]'", "tf": "pip install 'aiacc[tf]'",
+                "mxnet": "pip install 'aiacc[mxnet]'", "caffe": "protobuf"}
+
+
+# ------------------------------------------------------------------------------------------------ running
+def to_numpy_list(out: Any) -> list[np.ndarray]:
+    """Model outputs (a tensor, a tuple/list/dict of them, of any of the frameworks) as numpy arrays."""
+    if isinstance(out, dict):
+        return [a for v in out.values() for a in to_numpy_list(v)]
+    if isinstance(out, (list, tuple)):
+        return [a for v in out for a in to_numpy_list(v)]
+    if hasattr(out, "asnumpy"):  # MXNet NDArray (waits for the result)
+        return [out.asnumpy()]
+    if hasattr(out, "detach"):  # torch.Tensor
+        return [out.detach().cpu().numpy()]
+    if hasattr(out, "numpy"):  # tf.Tensor
+        return [out.numpy()]
+    return [np.asarray(out)]
+
+
+def runner(framework: str, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
+    """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
+    outputs as numpy arrays. Inputs are converted to the framework's tensors once, outside the call."""
+    if framework == "torch":
+        import torch
+
+        xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+        def run_torch():
+            with torch.no_grad():
+                return to_numpy_list(model(*xs))
+        return run_torch
+    if framework == "tf":
+        import tensorflow as tf
+
+        xs = [tf.constant(a) for a in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
+        return lambda: to_numpy_list(model(*xs))
+    if framework == "mxnet":
+        from aiacc.plugins.mxnet._import import import_mxnet
+
+        mx = import_mxnet()
+        xs = [mx.nd.array(a, dtype=a.dtype) for a in inputs]
+        return lambda: to_numpy_list(model(*xs))
+    if framework == "caffe":
+        feeds = dict(inputs)
+        return lambda: list(model.forward(**feeds).values())
+    if framework == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return lambda: session.run(None, dict(inputs))
+    raise UnsupportedError(f"no runner for framework {framework!r}")
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], iters: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of every function, measured round-robin (one call of each per round) so that
+    drift of the machine affects all of them alike. `warmup` untimed rounds come first."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(iters):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return times
+
+
+def median_ms(times: Sequence[float]) -> float:
+    return statistics.median(times) * 1e3
+
+
+def max_rel_error(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> float:
+    """The largest |actual - expected| over all outputs, each relative to its output's largest |expected|
+    (inf when the outputs do not line up or are not finite)."""
+    if len(expected) != len(actual):
+        return float("inf")
+    worst = 0.0
+    for e, a in zip(expected, actual):
+        e, a = np.asarray(e), np.asarray(a)
+        if e.shape != a.shape:
+            return float("inf")
+        if e.size == 0:
+            continue
+        if e.dtype.kind not in "fc":
+            worst = max(worst, 0.0 if np.array_equal(e, a) else float("inf"))
+            continue
+        scale = max(float(np.max(np.abs(e))), 1e-30)
+        err = float(np.max(np.abs(e.astype(np.float64) - a.astype(np.float64)))) / scale
+        worst = max(worst, err if np.isfinite(err) else float("inf"))
+    return worst
+
+
+def framework_available(framework: str) -> str | None:
+    """None when the framework and its aiacc plugin import, else why not."""
+    if not zoo.installed(framework):
+        return f"not installed ({PLUGIN_HINTS.get(framework, '')})"
+    try:
+        from aiacc.plugins import load_plugin
+
+        load_plugin(framework)
+    except Exception as e:  # a broken install: report it and go on with the other frameworks
+        return f"plugin does not import: {type(e).__name__}: {e}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ the job
+@dataclass
+class Result:
+    """One (framework, model) row of the demo table."""
+
+    framework: str
+    model: str
+    original_ms: float | None = None
+    ms: dict[str, float] = field(default_factory=dict)  # backend -> median latency
+    error: dict[str, float] = field(default_factory=dict)  # backend -> max relative error
+    failed: dict[str, str] = field(default_factory=dict)  # backend (or "build") -> message
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+
+    def speedup(self, backend: str) -> float | None:
+        if self.original_ms is None or backend not in self.ms:
+            return None
+        return self.original_ms / self.ms[backend]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed and all(e <= TOLERANCE for e in self.error.values())
+
+
+def demo_one(framework: str, model_name: str, *, batch: int = 1, size: int = 224, seq: int = 128,
+             iters: int = 5, warmup: int = 1, backends: Sequence[str] = BACKENDS, level: int = 2,
+             step: Callable[[str], None] = lambda s: None) -> Result:
+    """Build, optimize (each backend), check and time one bundled model. `step(text)` reports progress."""
+    import aiacc
+
+    res = Result(framework, model_name)
+    step(f"{framework} {model_name}: building")
+    kw = {"seq": seq} if model_name == "bert_encoder" else {"size": size}
+    try:
+        model, inputs = zoo.build(framework, model_name, batch=batch, **kw)
+        original = runner(framework, model, inputs)
+        expected = original()
+    except Exception as e:
+        res.failed["build"] = f"{type(e).__name__}: {e}"
+        return res
+    fns = {"original": original}
+    for backend in backends:
+        step(f"{framework} {model_name}: aiacc.optimize(backend={backend!r})")
+        try:
+            # verify=False: the check below is the same comparison, shown in the table instead of raised
+            fast = aiacc.optimize(model, inputs, level=level, backend=backend, verify=False)
+            report = getattr(fast, "aiacc_report", None)
+            if report is not None:
+                res.nodes_before, res.nodes_after = report.nodes_before, report.nodes_after
+            fns[backend] = runner(framework, fast, inputs)
+            res.error[backend] = max_rel_error(expected, fns[backend]())
+        except Exception as e:
+            fns.pop(backend, None)
+            res.failed[backend] = f"{type(e).__name__}: {e}"
+    step(f"{framework} {model_name}: timing {len(fns)} models x {iters} runs")
+    times = time_interleaved(fns, iters, warmup)
+    res.original_ms = median_ms(times.pop("original"))
+    res.ms = {k: median_ms(v) for k, v in times.items()}
+    return res
+
+
+def _fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else (f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}")
+
+
+def _fmt_x(x: float | None) -> str:
+    if x is None:
+        return "-"
+    color = "green" if x >= 1.0 else "red"
+    return f"[{color}]{x:.2f}x[/{color}]"
+
+
+def _fmt_err(res: Result, backend: str) -> str:
+    if backend in res.failed:
+        return "[red]failed[/red]"
+    if backend not in res.error:
+        return "-"
+    e = res.error[backend]
+    color = "green" if e <= TOLERANCE else "red"
+    return f"[{color}]{e:.1e}[/{color}]"
+
+
+def results_table(results: Sequence[Result], *, batch: int, size: int, seq: int, backends=BACKENDS):
+    """The demo's rich Table."""
+    from rich.table import Table
+
+    t = Table(title=f"aiacc on the bundled models: batch {batch}, images {size}x{size}, BERT sequence {seq}; "
+                    f"median latency (ms); speedup over the original; check: max relative error <= {TOLERANCE:g}; "
+                    f"nodes before->after the passes; ort = onnxruntime")
+    t.add_column("model")
+    t.add_column("framework")
+    t.add_column("original ms", justify="right")
+    labels = {"native": "native", "onnxruntime": "ort"}
+    for b in backends:
+        t.add_column(f"aiacc {labels.get(b, b)} ms", justify="right")
+        t.add_column("speedup", justify="right")
+    for b in backends:
+        t.add_column(f"rel err {labels.get(b, b)}", justify="right")
+    t.add_column("check", justify="center")
+    t.add_column("nodes", justify="right")
+    for r in results:
+        if "build" in r.failed:
+            t.add_row(r.model, r.framework, "[red]build failed[/red]", *([""] * (3 * len(backends))),
+                      "[red]FAIL[/red]", "")
+            continue
+        cells = [r.model, r.framework, _fmt_ms(r.original_ms)]
+        for b in backends:
+            cells += [_fmt_ms(r.ms.get(b)), _fmt_x(r.speedup(b))]
+        cells += [_fmt_err(r, b) for b in backends]
+        cells.append("[green]pass[/green]" if r.passed else "[red]FAIL[/red]")
+        cells.append("-" if r.nodes_before is None else f"{r.nodes_before}->{r.nodes_after}")
+        t.add_row(*cells)
+    return t
+
+
+def run_demo(frameworks: Sequence[str] = DEMO_FRAMEWORKS, models: Sequence[str] = ("resnet50",), *,
+             batch: int = 1, size: int = 224, seq: int = 128, iters: int = 5, warmup: int = 1,
+             backends: Sequence[str] = BACKENDS, level: int = 2, console=None) -> list[Result]:
+    """The main job: every (installed framework, model) through demo_one, with a progress display; prints
+    the skipped frameworks, the failures and the table; returns the results."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    for name in models:
+        if name not in zoo.MODELS:
+            raise UnsupportedError(f"unknown model {name!r} (known: {', '.join(zoo.MODELS)})")
+    for b in backends:
+        if b not in BACKENDS:
+            raise UnsupportedError(f"unknown backend {b!r} (known: {', '.join(BACKENDS)})")
+    jobs, notes = [], []
+    for fw in frameworks:
+        if fw not in zoo.FRAMEWORKS:
+            raise UnsupportedError(f"unknown framework {fw!r} (known: {', '.join(DEMO_FRAMEWORKS)})")
+        why = framework_available(fw)
+        if why:
+            notes.append(f"skipped {fw}: {why}")
+            continue
+        for name in models:
+            if zoo.has(fw, name):
+                jobs.append((fw, name))
+            else:
+                notes.append(f"skipped {name} for {fw}: {zoo.UNAVAILABLE[fw, name]}")
+    results = []
+    with Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} models"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=len(jobs))
+        for fw, name in jobs:
+            res = demo_one(fw, name, batch=batch, size=size, seq=seq, iters=iters, warmup=warmup,
+                           backends=backends, level=level,
+                           step=lambda s: progress.update(task, description=s))
+            results.append(res)
+            progress.advance(task)
+            status = "[green]pass[/green]" if res.passed else "[red]FAIL[/red]"
+            progress.console.print(f"{fw} {name}: {status}")
+    for note in notes:
+        console.print(f"[yellow]{note}[/yellow]")
+    console.print(results_table(results, batch=batch, size=size, seq=seq, backends=backends))
+    for r in results:
+        for what, msg in r.failed.items():
+            console.print(f"[red]{r.framework} {r.model} ({what}): {msg}[/red]")
+    return results
+
+
+def add_arguments(parser) -> None:
+    """The `aiacc demo` options."""
+    parser.add_argument("--frameworks", default=",".join(DEMO_FRAMEWORKS),
+                        help="comma-separated frameworks (default: %(default)s; missing ones are skipped)")
+    parser.add_argument("--models", default="resnet50",
+                        help=f"comma-separated bundled models: {', '.join(zoo.MODELS)} (default: %(default)s)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="default: %(default)s")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--size", type=int, default=224, help="image size (default: %(default)s)")
+    parser.add_argument("--seq", type=int, default=128, help="BERT sequence length (default: %(default)s)")
+    parser.add_argument("--iters", type=int, default=5, help="timed runs of each model (default: %(default)s)")
+    parser.add_argument("--level", type=int, default=2, help="optimization level (default: %(default)s)")
+
+
+def main(args) -> int:
+    """`aiacc demo`: 0 when every model passed the numeric check, 1 otherwise."""
+
+    def split(s: str) -> list[str]:
+        return [p.strip() for p in s.split(",") if p.strip()]
+
+    results = run_demo(split(args.frameworks), split(args.models), batch=args.batch, size=args.size,
+                       seq=args.seq, iters=args.iters, backends=split(args.backends), level=args.level)
+    if not results:
+        raise AiaccError("no model ran: none of the frameworks asked for is installed")
+    return 0 if all(r.passed for r in results) else 1
