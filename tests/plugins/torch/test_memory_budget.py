@@ -24,7 +24,7 @@ class Block(torch.nn.Module):
 
 
 class ResNetish(torch.nn.Module):
-    def __init__(self, c=16, n=8):
+    def __init__(self, c=16, n=6):
         super().__init__()
         self.stem = torch.nn.Conv2d(3, c, 3, padding=1)
         self.blocks = torch.nn.Sequential(*[Block(c) for _ in range(n)])
@@ -60,7 +60,7 @@ def _grads(model, x, seed=0):
 @pytest.fixture
 def resnetish():
     torch.manual_seed(0)
-    return ResNetish().train(), torch.randn(4, 3, 32, 32)
+    return ResNetish().train(), torch.randn(2, 3, 32, 32)
 
 
 def test_half_budget_lowers_measured_memory_and_keeps_gradients(resnetish):
@@ -137,3 +137,24 @@ def test_untraceable_module_is_refused():
 
     with pytest.raises(UnsupportedError, match="Dynamic"):
         plan_training_memory(Dynamic(), torch.randn(3), memory_budget=1 << 20)
+
+
+def test_aiacc_optimize_train_with_memory_budget(resnetish):
+    import aiacc
+
+    model, x = resnetish
+    original = measure_training_memory(model, x)
+    budget = original["held"] // 2
+    fast = aiacc.optimize(model, x, mode="train", memory_budget=budget)
+    assert fast.aiacc_memory_plan.segments and fast.aiacc_memory_plan.memory <= budget
+    assert measure_training_memory(fast, x)["held"] <= budget
+    out0, _ = _grads(model, x)
+    out1, _ = _grads(fast, x)
+    torch.testing.assert_close(out1, out0, rtol=1e-5, atol=1e-6)
+    ref = dict(model.named_parameters())
+    got = dict(fast.named_parameters())
+    assert set(got) == set(ref)
+    for name, p in got.items():
+        torch.testing.assert_close(p.grad, ref[name].grad, rtol=1e-5, atol=1e-6, msg=name)
+    with pytest.raises(MemoryBudgetError, match="cannot be met"):
+        aiacc.optimize(model, x, mode="train", memory_budget=1000)
