@@ -48,6 +48,9 @@ def _ufunc(node: Node, args: list, out: np.ndarray) -> bool:
     if fn.nin == 1:
         fn(args[0], out=out)
         return True
+    if len(args) == 1:  # variadic Max / Min / Sum of one input
+        np.copyto(out, args[0])
+        return True
     fn(args[0], args[1], out=out)
     for a in args[2:]:  # variadic Max / Min / Sum
         fn(out, a, out=out)

@@ -79,3 +79,25 @@ def test_opaque_node_kernel_runs_and_is_copied_into_its_slot():
     out = interp.run(feeds)
     np.testing.assert_allclose(out[g.outputs[0].name], run(g, feeds)[g.outputs[0].name], rtol=1e-6)
     assert interp.copied == 1  # only the opaque node ran aside
+
+
+def test_kernels_into_views_match_reference_on_edge_cases():
+    rng = np.random.default_rng(0)
+    g = Graph("edges")
+    x = g.add_input("x", "float32", (2, 6, 9, 9))
+    s1 = g.op("Sum", x)  # one-input variadic
+    dw = g.op("Conv", s1, g.add_initializer("wd", rng.standard_normal((6, 1, 3, 3)).astype(np.float32)),
+              group=6, pads=[1, 1, 1, 1], strides=[2, 2])  # depthwise, strided
+    gc = g.op("Conv", dw, g.add_initializer("wg", rng.standard_normal((4, 3, 2, 2)).astype(np.float32)),
+              g.add_initializer("bg", rng.standard_normal(4).astype(np.float32)), group=2, dilations=[2, 2])
+    mp = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    ap = g.op("AveragePool", mp, kernel_shape=[2, 2], strides=[1, 1])
+    big = g.op("Gelu", g.op("Concat", *([x] * 12), axis=0))  # more than one chunk of elements
+    sm = g.op("Softmax", g.op("Reshape", big, g.add_initializer("shp", np.array([-1, 81], dtype=np.int64))))
+    for v in (gc, ap, sm):
+        g.add_output(v)
+    feeds = {"x": rng.standard_normal((2, 6, 9, 9)).astype(np.float32)}
+    ref = run(g, feeds)
+    out = run_planned(g, feeds)
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=2e-5, err_msg=k)  # float32 sum order
