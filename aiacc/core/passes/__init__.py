@@ -8,7 +8,7 @@ Importing this package registers every built-in pass with the manager.
 from aiacc.core.passes.manager import (PIPELINE, FunctionPass, Pass, PassContext, PassManager,  # noqa: F401
                                        PassRecord, PassReport, all_passes, get_pass, passes_by_level, pipeline,
                                        random_feeds, register_pass, run_passes)
-from aiacc.core.passes import (attention, batchnorm_folding, constant_folding, conv_fusion,  # noqa: F401,E402
+from aiacc.core.passes import (affine_folding, attention, batchnorm_folding, constant_folding, conv_fusion,  # noqa: F401,E402
                                cse, dce, elementwise_fusion, gelu, gemm_fusion, identity_removal, layernorm, pad_folding,
                                transpose_reshape)  # (importing registers the passes)
 from aiacc.core.passes.dce import eliminate_dead_code  # noqa: F401,E402

@@ -100,3 +100,47 @@ output is read by the BatchNorm alone.
 Guarantees: outputs equal the unfolded graph up to float rounding; training-mode BatchNorm, non-constant
 weights and shared conv outputs are left alone (rule.explain says why).
 """.strip()))
+
+
+# -- a BatchNormalization with no linear op to fold into: Mul + Add by per-channel constants ------------
+def _check_standalone(m):
+    bn = m.root
+    if bn.attr("training_mode", 0):
+        return f"BatchNormalization<{bn.name}> is in training mode (it normalizes with batch statistics)"
+    for extra in bn.outputs[1:]:
+        if extra.uses or extra.is_graph_output:
+            return f"BatchNormalization<{bn.name}> running statistics output %{extra.name} is read"
+    x = m["x"]
+    if x.shape is None or len(x.shape) < 2:
+        return f"the rank of %{x.name} is unknown or below 2"
+    if x.dtype not in ("float16", "float32", "float64"):
+        return f"%{x.name} is not floating point"
+    for k in ("scale", "bias", "mean", "var"):
+        if m.const(k).dtype.kind != "f":
+            return f"the BatchNorm {k} is not floating point"
+
+
+def _rewrite_standalone(m, b):
+    inv, shift = _bn_params(m)
+    rank = len(m["x"].shape)
+    shape = (-1,) + (1,) * (rank - 2)  # aligned to the trailing axes, the channel is axis 1
+    dt = m["x"].dtype
+    y = b.op("Mul", m["x"], b.const(inv.reshape(shape).astype(dt), "scale"), name=f"{m.root.name}_scale")
+    return b.op("Add", y, b.const(shift.reshape(shape).astype(dt), "shift"), name=f"{m.root.name}_shift")
+
+
+STANDALONE_RULE = Rule(
+    "batchnorm_to_affine",
+    Op("BatchNormalization", Var("x"), Const("scale"), Const("bias"), Const("mean"), Const("var"), name="bn"),
+    _rewrite_standalone, _check_standalone,
+    doc="An inference BatchNormalization is x * s + t with per-channel constants s, t.")
+
+register_pass(RewritePass("batchnorm_decomposition", [STANDALONE_RULE], level=3, modes=("inference",), doc="""
+Turn an inference-mode BatchNormalization that batchnorm_folding could not fold (no Conv/Gemm before it,
+or one whose output is shared) into Mul and Add by per-channel constants, s = gamma / sqrt(var + eps) and
+t = beta - mean * s computed in float64, so that affine_folding and elementwise fusion can take them.
+Level 3: where nothing fuses them afterwards, two elementwise ops cost more than one BatchNorm kernel.
+
+Assumes: inference mode; constant BatchNorm parameters; the running-statistics outputs are not read.
+Guarantees: the same outputs up to float rounding; training-mode BatchNorm is left alone.
+""".strip()))

@@ -6,9 +6,10 @@ Levels follow onnxruntime's spirit:
     0  nothing
     1  basic cleanups that never change the op vocabulary: DCE, constant folding, CSE, Identity/Dropout
        removal, Transpose/Reshape cancellation
-    2  + fusions into standard or aiacc ops: BatchNorm folding, Pad folding, Conv/Gemm fusions, GELU and
-       LayerNorm recognition
-    3  + aggressive: attention recognition and elementwise fusion (numba kernels)
+    2  + fusions into standard or aiacc ops: BatchNorm folding, per-channel affine folding, Pad folding,
+       Conv/Gemm/MatMul fusions, GELU and LayerNorm recognition
+    3  + aggressive: standalone BatchNorm decomposition, attention recognition and elementwise fusion
+       (numba kernels)
 
 A pass is an instance of `Pass` (or a subclass) registered with `register_pass`; its docstring states what it
 assumes and what it guarantees. `run_passes(graph, level=2)` runs the pipeline for a level in place;
@@ -99,6 +100,8 @@ PIPELINE: list[str] = [
     "dce",
     "pad_folding",
     "batchnorm_folding",
+    "batchnorm_decomposition",
+    "affine_folding",
     "gemm_fusion",
     "gelu_recognition",
     "layernorm_recognition",

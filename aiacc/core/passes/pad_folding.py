@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiacc.core.passes.manager import register_pass
-from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, RuleFailure, Var
+from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, RuleFailure, Var, const_value
 
 _PAD = Op("Pad", Var("x"), Const("pads"), Opt("value"), Opt("axes"), name="pad", shared=True)
 
@@ -82,9 +82,49 @@ def _check_conv(m):
     return _common_check(m, lambda v: v == 0.0)
 
 
+# ops whose outputs are never negative, so zero padding before a max is padding with -inf
+_NONNEGATIVE_ACTIVATIONS = {"Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Softplus"}
+
+
+def _nonnegative(v) -> bool:
+    p = v.producer
+    if p is None:
+        return False
+    if p.domain == "" and p.op in _NONNEGATIVE_ACTIVATIONS:
+        return True
+    if p.domain == "" and p.op == "Clip":
+        lo = const_value(p.inputs[1]) if len(p.inputs) > 1 and p.inputs[1] is not None else None
+        return lo is not None and lo.size == 1 and float(lo.reshape(-1)[0]) >= 0
+    if p.domain == "aiacc" and p.op in ("FusedConv", "FusedGemm", "FusedMatMul"):
+        act, params = p.attr("activation", ""), list(p.attr("activation_params") or [])
+        return act in ("Relu", "Sigmoid") or (act == "Clip" and bool(params) and params[0] >= 0)
+    return False
+
+
+def _every_window_sees_input(m) -> str | None:
+    """None when every pooling window of the folded MaxPool overlaps the unpadded input (pads below the
+    kernel size, no dilation, floor mode), else why not."""
+    root = m.root
+    if root.attr("ceil_mode", 0):
+        return "the MaxPool uses ceil_mode"
+    if any(d != 1 for d in (root.attr("dilations") or [])):
+        return "the MaxPool is dilated"
+    attrs = _new_attrs(m)
+    k = list(root.attr("kernel_shape"))
+    pads = attrs["pads"]
+    n = len(k)
+    if any(pads[i] >= k[i] or pads[n + i] >= k[i] for i in range(n)):
+        return f"pads {pads} reach a kernel size {k}: a window could hold only padding"
+    return None
+
+
 def _check_maxpool(m):
     if len(m.root.outputs) > 1 and (m.root.outputs[1].uses or m.root.outputs[1].is_graph_output):
         return "the MaxPool indices output is read (indices refer to the padded tensor)"
+    if _pad_value(m) == 0.0 and _nonnegative(m["x"]):
+        # max(reals + zeros) == max(reals) when the reals are >= 0 and every window holds one of them
+        why = _common_check(m, lambda v: v == 0.0)
+        return why or _every_window_sees_input(m)
     return _common_check(m, lambda v: v == -np.inf)
 
 
@@ -111,7 +151,45 @@ def _rewrite_maxpool(m, b):
     return _rewrite(m, b)
 
 
+# -- Transpose(Pad(x)) -> Pad(Transpose(x)): the Pad moves next to the Conv/Pool reading it ---------------
+def _check_transpose_pad(m):
+    x = m["x"]
+    if x.shape is None:
+        return "the rank of the padded value is unknown"
+    w = _widths(m)
+    if isinstance(w, str):
+        return w
+    if _pad_value_input_ok(m) is not None:
+        return _pad_value_input_ok(m)
+
+
+def _pad_value_input_ok(m):
+    if m["value"] is not None and m.const("value") is None:
+        return "the pad value is not constant"
+    return None
+
+
+def _rewrite_transpose_pad(m, b):
+    rank = len(m["x"].shape)
+    perm = m.root.attr("perm")
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    w = _widths(m)
+    pads = [w[p][0] for p in perm] + [w[p][1] for p in perm]
+    t = b.op("Transpose", m["x"], perm=perm, name=m.root.name)
+    pad = m.node("pad")
+    ins = [t, b.const(np.asarray(pads, dtype=np.int64), "pads")] + ([m["value"]] if m["value"] is not None else [])
+    return b.node("Pad", ins, {"mode": pad.attr("mode", "constant")}, name=pad.name).output
+
+
+transpose_of_pad = Rule(
+    "transpose_of_pad", Op("Transpose", Op("Pad", Var("x"), Const("pads"), Opt("value"), Opt("axes"), name="pad"),
+                           name="t"),
+    _rewrite_transpose_pad, _check_transpose_pad,
+    doc="Transpose(Pad(x, pads)) is Pad(Transpose(x), pads permuted): the Pad then meets its Conv or Pool "
+        "(TF pads NHWC before the transpose to NCHW).")
+
 RULES = RuleSet([
+    transpose_of_pad,
     Rule("pad_into_conv", [Op("Conv", _PAD, Var("w"), Opt("b"), name="conv"),
                            Op("FusedConv", _PAD, Var("w"), Opt("b"), Opt("r"), domain="aiacc", name="conv")],
          _rewrite, _check_conv, doc="Conv(Pad(x, zeros)) is Conv(x) with larger pads."),
@@ -123,9 +201,12 @@ RULES = RuleSet([
 
 register_pass(RewritePass("pad_folding", RULES, level=2, doc="""
 Fold a constant-mode Pad of the spatial axes into the pads of the Conv, MaxPool or AveragePool reading it:
-zero padding into Conv, -inf padding into MaxPool, zero padding into AveragePool (count_include_pad=1).
+zero padding into Conv, -inf padding into MaxPool (and zero padding of a non-negative value, e.g. a Relu
+output, when every window still overlaps the input), zero padding into AveragePool (count_include_pad=1).
+A Transpose of a Pad (TF pads in NHWC, then transposes to NCHW) is first swapped into a Pad of the
+Transpose, with the pads permuted, so the Pad meets the op reading it.
 
 Assumes: the Pad pads only spatial axes, by non-negative constant amounts with a constant value.
-Guarantees: identical outputs; a Pad read by other nodes stays for them; MaxPool with zero padding (which
-would differ where every value is negative) is never folded.
+Guarantees: identical outputs; a Pad read by other nodes stays for them; MaxPool with zero padding of a
+value that may be negative (the max would differ where a window's values are all negative) is never folded.
 """.strip()))

@@ -34,6 +34,7 @@ from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.passes.manager import Pass, PassContext, MODES
 from aiacc.errors import AiaccError
 
+MAX_CANDIDATES = 16  # structural matches tried per pattern and node before giving up
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "And", "Or", "Xor", "Equal"}
 
 
@@ -354,18 +355,25 @@ class Rule:
                 reasons.append(f"{node.qualified_op}<{node.name}> is not {pat.describe()}")
                 continue
             st = _State()
-            found_structural = False
+            first_why = None
+            tried = 0
+            # every structural match is a candidate (a commuted Add may match both ways and only one of
+            # them pass the checks); the first one's failure is the one reported
             for b in pat._match(node.outputs[pat.output], {}, st, 0):
-                found_structural = True
+                tried += 1
                 m = Match(graph, node, b, self)
                 why = _private_outputs(m, pat)
                 if why is None:
                     why = self._check(m)
                 if why is None:
                     return m, ""
-                reasons.append(why)
-                break  # report the first structural match's failure
-            if not found_structural:
+                if first_why is None:
+                    first_why = why
+                if tried >= MAX_CANDIDATES:
+                    break
+            if first_why is not None:
+                reasons.append(first_why)
+            else:
                 reasons.append(st.best.reason if st.best else "no match")
         return None, "; ".join(dict.fromkeys(reasons))
 

@@ -120,3 +120,46 @@ def test_rank3_matmul_does_not_fold():
     params = [g.add_initializer(k, v) for k, v in bn_weights(3).items()]
     g.add_output(g.op("BatchNormalization", m, *params, name="bn"))
     assert "rank 3" in RULE.explain(g, "bn")
+
+
+# -- batchnorm_decomposition: a BatchNorm with nothing to fold into --------------------------------------
+STANDALONE = """graph g(%x: float32[N,4,5,5], %r: float32[N,4,5,5]) {
+  %bn_s: float32[4] = const
+  %bn_b: float32[4] = const
+  %bn_m: float32[4] = const
+  %bn_v: float32[4] = const
+  %a: float32[N,4,5,5] = Add<add>(%x, %r)
+  %y: float32[N,4,5,5] = BatchNormalization<bn>(%a, %bn_s, %bn_b, %bn_m, %bn_v) {epsilon=0.001}
+  %z: float32[N,4,5,5] = Relu<relu>(%y)
+  return %z
+}"""
+
+
+def test_standalone_batchnorm_becomes_mul_add_and_fuses_at_level3():
+    from aiacc.core.passes.batchnorm_folding import STANDALONE_RULE  # noqa: F401
+
+    g = parse(STANDALONE, bn_weights(4))
+    check_pass(g, ["batchnorm_decomposition"])
+    assert ops(g) == ["Add", "Mul", "Add", "Relu"]
+    g = parse(STANDALONE, bn_weights(4))
+    check_pass(g, [p.name for p in __import__("aiacc.core.passes", fromlist=["pipeline"]).pipeline(3)])
+    assert ops(g) == ["aiacc::FusedElementwise"]
+
+
+def test_standalone_batchnorm_stays_at_level2_and_in_training_mode():
+    from aiacc.core.passes.batchnorm_folding import STANDALONE_RULE
+
+    g = parse(STANDALONE, bn_weights(4))
+    run_passes(g, level=2)
+    assert "BatchNormalization" in ops(g)
+    g = parse(STANDALONE.replace("{epsilon=0.001}", "{epsilon=0.001, training_mode=1}"), bn_weights(4))
+    assert "training mode" in STANDALONE_RULE.explain(g, "bn")
+    run_passes(g, level=3)
+    assert "BatchNormalization" in ops(g)
+
+
+def test_standalone_batchnorm_after_a_shared_conv_still_folds_its_scale_at_level3():
+    text = CONV_BN.replace("return %y", "%z: float32[N,4,6,6] = Relu<r>(%c)\n  return %y, %z")
+    g = parse(text, conv_bn_weights())
+    check_pass(g, ["batchnorm_folding", "batchnorm_decomposition", "affine_folding"])
+    assert ops(g) == ["Conv", "Mul", "Add", "Relu"]  # the conv output is shared: nothing folds into it

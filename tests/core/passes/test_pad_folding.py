@@ -50,3 +50,61 @@ def test_channel_padding_and_nonzero_value_do_not_fold():
     assert "pad value 1.0" in RULES["pad_into_conv"].explain(g, "conv")
     run_passes(g, passes=P)
     assert ops(g) == ["Pad", "Conv"]
+
+
+def test_nhwc_pad_before_a_transpose_folds_into_the_conv():
+    """TF: ZeroPadding2D pads NHWC, then the importer transposes to NCHW for the Conv."""
+    g = parse("""graph g(%x: float32[2,6,6,3]) {
+      %w: float32[2,3,3,3] = const
+      %p: int64[8] = const [0, 3, 1, 0, 0, 2, 3, 0]
+      %xp: float32[2,11,10,3] = Pad<pad>(%x, %p)
+      %t: float32[2,3,11,10] = Transpose<t>(%xp) {perm=[0, 3, 1, 2]}
+      %y: float32[2,2,9,8] = Conv<conv>(%t, %w)
+      return %y
+    }""", W)
+    check_pass(g, P)
+    assert ops(g) == ["Transpose", "Conv"] and g.nodes[1].attrs["pads"] == [3, 1, 2, 3]
+
+
+def test_transpose_of_pad_keeps_a_pad_read_elsewhere():
+    g = parse("""graph g(%x: float32[2,6,6,3]) {
+      %p: int64[8] = const [0, 1, 1, 0, 0, 1, 1, 0]
+      %xp: float32[2,8,8,3] = Pad<pad>(%x, %p)
+      %t: float32[2,3,8,8] = Transpose<t>(%xp) {perm=[0, 3, 1, 2]}
+      return %t, %xp
+    }""")
+    assert "also used" in RULES["transpose_of_pad"].explain(g, "t") or "graph output" in \
+        RULES["transpose_of_pad"].explain(g, "t")
+    check_pass(g, P)
+    assert ops(g) == ["Pad", "Transpose"]
+
+
+def nonneg_pool(pads="[0, 0, 1, 1, 0, 0, 1, 1]", act="Relu<act>(%x)", pool_attrs="kernel_shape=[3,3], strides=[2,2]"):
+    return parse(f"""graph g(%x: float32[2,3,6,6]) {{
+      %lo: float32[] = const [0.0]
+      %p: int64[8] = const {pads}
+      %a: float32[2,3,6,6] = {act}
+      %xp: float32[2,3,?,?] = Pad<pad>(%a, %p)
+      %y: float32[2,3,?,?] = MaxPool<pool>(%xp) {{{pool_attrs}}}
+      return %y
+    }}""")
+
+
+def test_zero_pad_of_relu_output_folds_into_maxpool():
+    g = nonneg_pool()
+    check_pass(g, P)
+    assert ops(g) == ["Relu", "MaxPool"] and g.nodes[1].attrs["pads"] == [1, 1, 1, 1]
+    g = nonneg_pool(act="Clip<act>(%x, %lo)")
+    check_pass(g, P)
+    assert ops(g) == ["Clip", "MaxPool"]
+
+
+def test_zero_pad_folds_into_maxpool_only_for_nonnegative_values_and_real_windows():
+    g = nonneg_pool(act="Tanh<act>(%x)")
+    assert "differs" in RULES["pad_into_maxpool"].explain(g, "pool")
+    g = nonneg_pool(pads="[0, 0, 3, 0, 0, 0, 0, 0]")  # a whole window of padding: its max is 0, not -inf
+    assert "could hold only padding" in RULES["pad_into_maxpool"].explain(g, "pool")
+    check_pass(g, P)
+    assert ops(g) == ["Relu", "Pad", "MaxPool"]
+    g = nonneg_pool(pool_attrs="kernel_shape=[3,3], strides=[2,2], ceil_mode=1")
+    assert "ceil_mode" in RULES["pad_into_maxpool"].explain(g, "pool")

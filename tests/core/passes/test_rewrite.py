@@ -100,3 +100,21 @@ def test_rule_rewriting_into_a_graph_input_keeps_output_name():
     assert ops(g) == ["Identity"] and g.outputs[0].name == "n2"
     run_passes(g, passes=["identity_removal"])
     assert ops(g) == ["Identity"]
+
+
+def test_a_commuted_match_is_tried_when_the_first_order_fails_the_checks():
+    """Add(a, b) where a's producer is shared: the rule must still fire with the operands the other way."""
+    from aiacc.core.passes.conv_fusion import conv_residual
+
+    g = parse("""graph g(%x: float32[1,2,4,4]) {
+      %w: float32[2,2,1,1] = const
+      %a: float32[1,2,4,4] = Conv<c1>(%x, %w)
+      %b: float32[1,2,4,4] = Conv<c2>(%x, %w)
+      %s: float32[1,2,4,4] = Add<add>(%a, %b)
+      %t: float32[1,2,4,4] = Relu<r>(%a)
+      return %s, %t
+    }""", {"w": np.ones((2, 2, 1, 1), np.float32)})
+    assert conv_residual.explain(g, "add") is None
+    RuleSet([conv_residual]).run(g)
+    fused = [n for n in g if n.op == "FusedConv"]
+    assert len(fused) == 1 and fused[0].inputs[3].name == "a"
