@@ -464,12 +464,8 @@ def _mxnet(arch, w):
                     return F.transpose(F.reshape(t, shape=(0, 0, HEADS, d)), axes=(0, 2, 1, 3))
 
                 q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-                # batch_dot multiplies 3-D batches: fold (N, heads) into one axis and back
-                scores = F.batch_dot(F.reshape(q, shape=(-3, -2)), F.reshape(k, shape=(-3, -2)), transpose_b=True)
-                scores = F.reshape(scores, shape=(-4, -1, HEADS, -2)) / math.sqrt(d)
-                att = F.softmax(scores, axis=-1)
-                ctx = F.batch_dot(F.reshape(att, shape=(-3, -2)), F.reshape(v, shape=(-3, -2)))
-                ctx = F.transpose(F.reshape(ctx, shape=(-4, -1, HEADS, -2)), axes=(0, 2, 1, 3))
+                scores = F.batch_dot(q, k, transpose_b=True) / math.sqrt(d)  # batch_dot over (N, heads)
+                ctx = F.transpose(F.batch_dot(F.softmax(scores, axis=-1), v), axes=(0, 2, 1, 3))
                 ctx = F.reshape(ctx, shape=(0, 0, -1))
                 x = self.ln1(x + self.o(ctx))
                 return self.ln2(x + self.ffn2(F.LeakyReLU(self.ffn1(x), act_type="gelu")))

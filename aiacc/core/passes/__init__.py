@@ -12,7 +12,9 @@ from aiacc.core.passes import (affine_folding, attention, batchnorm_folding, con
                                cse, dce, elementwise_fusion, gelu, gemm_fusion, identity_removal, layernorm, pad_folding,
                                transpose_reshape)  # (importing registers the passes)
 from aiacc.core.passes.dce import eliminate_dead_code  # noqa: F401,E402
+from aiacc.core.passes import canonicalize as _canonicalize_module  # noqa: F401,E402  (registers "canonicalize")
+from aiacc.core.passes.canonicalize import canonicalize  # noqa: F401,E402
 
 __all__ = ["run_passes", "Pass", "FunctionPass", "PassContext", "PassManager", "PassReport", "PassRecord",
            "register_pass", "get_pass", "all_passes", "pipeline", "passes_by_level", "random_feeds",
-           "eliminate_dead_code", "PIPELINE"]
+           "eliminate_dead_code", "PIPELINE", "canonicalize"]
