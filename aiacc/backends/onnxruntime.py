@@ -7,6 +7,7 @@ back as numpy arrays that torch/TF/MXNet can wrap without a copy.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,13 @@ def default_providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _run_meta_kernel(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     kernel = node.meta.get("kernel")
     if kernel is None:
@@ -37,7 +45,12 @@ class OrtGraphRunner:
     """onnxruntime sessions for each supported run of `graph`; opaque nodes run through `run_opaque`."""
 
     def __init__(self, graph: Graph, *, providers: Sequence[str] | None = None, intra_op_threads: int = 0,
-                 run_opaque: Callable[[Node, list], list] | None = None):
+                 run_opaque: Callable[[Node, list], list] | None = None, spinning: bool = False):
+        """intra_op_threads: threads per session (0: the CPUs this process may use). spinning: let idle
+        onnxruntime workers busy-wait for the next op (onnxruntime's default). Off by default: the host
+        framework's own threads (and the other segments' sessions) share the cores with them, and on a
+        busy machine spinning workers and onnxruntime's default pinning of one worker per core slowed
+        ResNet-50 3-4x (benchmarks/inference.py); on an idle machine spinning gains about 5%."""
         try:
             import onnxruntime as ort
         except ImportError as e:
@@ -52,8 +65,12 @@ class OrtGraphRunner:
         self.sessions: list = []
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if intra_op_threads:
-            options.intra_op_num_threads = intra_op_threads
+        # an explicit thread count also stops onnxruntime from pinning each worker to one core, so a
+        # worker whose core is busy (framework threads, other processes) can move to a free one
+        options.intra_op_num_threads = intra_op_threads or _usable_cpus()
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         for seg in self.segments:
             if seg.graph is None:
                 self.sessions.append(None)

@@ -81,3 +81,15 @@ def test_custom_opaque_runner_and_thread_option():
 
 def test_cpu_provider_is_always_available():
     assert default_providers()[-1] == "CPUExecutionProvider"
+
+
+def test_sessions_do_not_spin_or_pin_by_default():
+    import os
+
+    runner = OrtGraphRunner(graph())
+    opts = [s.get_session_options() for s in runner.sessions if s is not None]
+    assert all(o.intra_op_num_threads == len(os.sched_getaffinity(0)) for o in opts)
+    assert all(o.get_session_config_entry("session.intra_op.allow_spinning") == "0" for o in opts)
+    spinning = OrtGraphRunner(graph(), spinning=True, intra_op_threads=1)
+    o = spinning.sessions[0].get_session_options()
+    assert o.intra_op_num_threads == 1 and not o.has_session_config_entry("session.intra_op.allow_spinning")
