@@ -2,6 +2,10 @@
 
     aiacc::FusedConv(x, w, b?, residual?)   act(Conv(x, w, b) + residual)
     aiacc::FusedGemm(a, b, c?)              act(Gemm(a, b, c))
+    aiacc::FusedMatMul(a, w, bias?)         act(MatMul(a, w) + bias): a of any rank >= 1 (batched rows, e.g.
+                                            BERT's [B, S, H]), w a matrix [K, N], bias a vector [N]
+                                            (torch F.linear, TF MatMul+BiasAdd, MXNet FullyConnected
+                                            flatten=False)
     aiacc::Attention(q, k, v, mask?)        Softmax((q @ k^T) * scale + mask, axis=-1) @ v
     aiacc::FusedElementwise(x0, x1, ...)    a program of elementwise ops evaluated in one pass
 
@@ -23,7 +27,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops.elementwise import infer_broadcast
-from aiacc.core.ops.nn import _CONV_ATTRS, infer_conv, infer_gemm
+from aiacc.core.ops.nn import _CONV_ATTRS, infer_conv, infer_gemm, infer_matmul
 from aiacc.core.ops.registry import InferContext, get_schema, op
 from aiacc.errors import AttributeError_, GraphError
 
@@ -112,6 +116,28 @@ def infer_fused_gemm(ctx: InferContext) -> list[TensorType | None]:
 def fused_gemm(a, b, c=None, *, alpha, beta, transA, transB, activation, activation_params):
     """act(Gemm(a, b, c))."""
     y = call_op("Gemm", a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return apply_activation(y, activation, activation_params)
+
+
+# ------------------------------------------------------------------------------------------------ FusedMatMul
+def infer_fused_matmul(ctx: InferContext) -> list[TensorType | None]:
+    _check_activation(ctx)
+    w = ctx.shape(1)
+    if w is not None and len(w) != 2:
+        raise ctx.fail(f"the weight must be a matrix [K, N], it has shape {list(w)}")
+    if ctx.has_input(2) and ctx.shape(2) is not None and w is not None:
+        bias = ctx.shape(2)
+        if len(bias) != 1 or (isinstance(bias[0], int) and isinstance(w[1], int) and bias[0] != w[1]):
+            raise ctx.fail(f"the bias must be a vector of the {w[1]} output columns, it has shape {list(bias)}")
+    return infer_matmul(ctx)
+
+
+@op("FusedMatMul", domain=DOMAIN, attrs=dict(_ACT_ATTRS), inputs=(2, 3), infer=infer_fused_matmul)
+def fused_matmul(a, w, bias=None, *, activation, activation_params):
+    """act(MatMul(a, w) + bias): the MatMul, the bias Add and the activation of the ops it replaces."""
+    y = call_op("MatMul", a, w)
+    if bias is not None:
+        y = call_op("Add", y, bias)
     return apply_activation(y, activation, activation_params)
 
 
@@ -251,6 +277,11 @@ def decompose(node: Node, graph: Graph | None = None) -> list[Node]:
         y = graph.add_node("Gemm", [v for v in ins[:3] if v is not None], gemm_attrs, name=f"{nm}_gemm",
                            before=node).output
         y = _activation_node(graph, y, a.get("activation", ""), a.get("activation_params"), node, f"{nm}_act")
+    elif node.op == "FusedMatMul":
+        y = graph.add_node("MatMul", ins[:2], {}, name=f"{nm}_matmul", before=node).output
+        if ins[2] is not None:
+            y = graph.add_node("Add", [y, ins[2]], {}, name=f"{nm}_bias", before=node).output
+        y = _activation_node(graph, y, a.get("activation", ""), a.get("activation_params"), node, f"{nm}_act")
     elif node.op == "Attention":
         q, k, v, mask = ins[:4]
         if not a.get("k_transposed", 0):
@@ -288,7 +319,7 @@ def decompose_all(graph: Graph) -> int:
     """Decompose every aiacc fused node of the graph; returns how many."""
     count = 0
     for n in graph.nodes:
-        if n.domain == DOMAIN and n.op in ("FusedConv", "FusedGemm", "Attention", "FusedElementwise"):
+        if n.domain == DOMAIN and n.op in ("FusedConv", "FusedGemm", "FusedMatMul", "Attention", "FusedElementwise"):
             decompose(n, graph)
             count += 1
     return count

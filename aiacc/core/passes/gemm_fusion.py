@@ -1,9 +1,11 @@
-"""MatMul + Add into Gemm, and Gemm + activation into aiacc::FusedGemm."""
+"""MatMul + Add into Gemm or aiacc::FusedMatMul, and an activation after them into the fused op."""
 from __future__ import annotations
+
+import numpy as np
 
 from aiacc.core.passes.activations import FUSIBLE_ACTIVATIONS, activation_attrs, activation_of
 from aiacc.core.passes.manager import register_pass
-from aiacc.core.passes.rewrite import Op, Opt, RewritePass, Rule, RuleSet, Var
+from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, Var
 
 
 def _check_matmul_add(m):
@@ -52,12 +54,157 @@ gemm_activation = Rule(
         Opt("hi"), name="act")],
     _rewrite_act, _check_act, doc="act(Gemm(a, b, c)) is FusedGemm(a, b, c, activation=act).")
 
-RULES = RuleSet([matmul_add, gemm_activation])
+# -- batched MatMul (a of rank >= 3, a weight matrix) + bias vector -> FusedMatMul ------------------------
+def _bias_vector(c, n, rank):
+    """The addend as an [n] vector when it varies only along the last axis of a rank-`rank` product
+    (a constant of shape [n], [1, n], [1, 1, n], ... or a scalar), else a reason."""
+    if c.ndim > rank:
+        return f"addend of rank {c.ndim} broadcasts the rank-{rank} product to a larger rank"
+    if any(d != 1 for d in c.shape[:-1]) or (c.ndim and c.shape[-1] not in (1, n)):
+        return f"addend of shape {list(c.shape)} is not a bias over the {n} output columns"
+    return np.ascontiguousarray(np.broadcast_to(c.reshape(-1), (n,)))
+
+
+def _check_matmul_bias(m):
+    a, w, c = m["a"], m["b"], m["c"]
+    if a.shape is None or w.shape is None or c.shape is None:
+        return "operand shapes are unknown"
+    if len(w.shape) != 2:
+        return f"the right operand has rank {len(w.shape)}; FusedMatMul takes a weight matrix"
+    if len(a.shape) < 3:
+        return "a matrix times a matrix is a Gemm (matmul_add_to_gemm)"
+    n = w.shape[1]
+    if c.dtype != a.dtype:
+        return f"addend dtype {c.dtype} differs from {a.dtype}"
+    cc = m.const("c")
+    if cc is None:
+        if len(c.shape) != 1 or c.shape[0] != n or not isinstance(n, int):
+            return f"a non-constant addend of shape {list(c.shape)} is not a bias vector of {n} entries"
+        return None
+    if not isinstance(n, int):
+        return "the number of output columns is unknown"
+    why = _bias_vector(cc, n, len(a.shape))
+    return why if isinstance(why, str) else None
+
+
+def _rewrite_matmul_bias(m, b):
+    c = m["c"]
+    cc = m.const("c")
+    if cc is not None and (cc.ndim != 1 or cc.shape[0] != m["b"].shape[1]):
+        c = b.const(_bias_vector(cc, m["b"].shape[1], len(m["a"].shape)), "bias")
+    return b.node("FusedMatMul", [m["a"], m["b"], c], {}, domain="aiacc", name=m.node("mm").name).output
+
+
+matmul_bias = Rule("matmul_bias", Op("Add", Op("MatMul", Var("a"), Var("b"), name="mm"), Var("c"), name="add"),
+                   _rewrite_matmul_bias, _check_matmul_bias,
+                   doc="MatMul(a, W) + bias (a of rank >= 3, W a matrix, bias along the last axis) is "
+                       "FusedMatMul(a, W, bias).")
+
+
+# -- Reshape(MatMul) + bias: the bias moves before the Reshape when it splits only the last axis --------
+def _split_last_axis(prod_shape, out_shape):
+    """None when a Reshape from prod_shape to out_shape keeps the leading axes and splits the last one, else
+    a reason. Both are static enough to tell: the leading dims equal, the trailing product equal."""
+    r = len(prod_shape)
+    lead_in, lead_out = list(prod_shape[:-1]), list(out_shape[:r - 1])
+    if len(out_shape) < r:
+        return f"the Reshape to {list(out_shape)} merges axes of the product {list(prod_shape)}"
+    if lead_in != lead_out and not _same_but_one_unknown(lead_in, lead_out):
+        return f"the Reshape to {list(out_shape)} changes the leading axes of the product {list(prod_shape)}"
+    tail = out_shape[r - 1:]
+    if not all(isinstance(d, int) for d in tail) or int(np.prod(tail)) != prod_shape[-1]:
+        return f"the Reshape to {list(out_shape)} does not split the last axis ({prod_shape[-1]}) of the product"
+    return None
+
+
+def _same_but_one_unknown(a, b):
+    """Leading dims equal except one dimension that both sides leave unknown/symbolic (it is then the same
+    size: the element counts of the other axes agree)."""
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(diff) == 1 and not isinstance(a[diff[0]], int) and not isinstance(b[diff[0]], int)
+
+
+def _check_reshape_bias(m):
+    a, w = m["a"], m["b"]
+    mm, rs = m.node("mm").output, m.node("rs").output
+    if w.shape is None or len(w.shape) != 2 or mm.shape is None or rs.shape is None or a.shape is None:
+        return "the product's shapes are unknown or the right operand is not a matrix"
+    why = _split_last_axis(tuple(mm.shape), tuple(rs.shape))
+    if why:
+        return why
+    cc = m.const("c")
+    k = len(rs.shape) - len(mm.shape) + 1  # trailing axes the last axis was split into
+    tail = tuple(rs.shape[-k:])
+    if cc.ndim > len(rs.shape) or any(d != 1 for d in cc.shape[:max(cc.ndim - k, 0)]):
+        return f"addend of shape {list(cc.shape)} varies along axes the Reshape did not split"
+    c_tail = (1,) * (k - min(cc.ndim, k)) + tuple(cc.shape[-k:] if cc.ndim else ())
+    if any(d not in (1, t) for d, t in zip(c_tail, tail)):
+        return f"addend of shape {list(cc.shape)} does not broadcast over {list(tail)}"
+    if cc.dtype.name != a.dtype:
+        return f"addend dtype {cc.dtype.name} differs from {a.dtype}"
+
+
+def _rewrite_reshape_bias(m, b):
+    mm, rs = m.node("mm"), m.node("rs")
+    k = len(rs.output.shape) - len(mm.output.shape) + 1
+    tail = tuple(rs.output.shape[-k:])
+    cc = m.const("c")
+    c_tail = cc.reshape(cc.shape[-k:] if cc.ndim >= k else cc.shape)
+    vec = np.ascontiguousarray(np.broadcast_to(c_tail, tail)).reshape(-1)
+    a = m["a"]
+    if len(a.shape) == 2:
+        y = b.op("Gemm", a, m["b"], b.const(vec, "bias"), name=mm.name)
+    else:
+        y = b.node("FusedMatMul", [a, m["b"], b.const(vec, "bias")], {}, domain="aiacc", name=mm.name).output
+    return b.node("Reshape", [y, rs.inputs[1]], dict(rs.attrs), name=rs.name).output
+
+
+reshape_bias = Rule(
+    "matmul_reshape_bias",
+    Op("Add", Op("Reshape", Op("MatMul", Var("a"), Var("b"), name="mm"), Var(), name="rs"), Const("c"), name="add"),
+    _rewrite_reshape_bias, _check_reshape_bias,
+    doc="Reshape(MatMul(a, W)) + c, where the Reshape splits the last axis and c varies only along the split "
+        "axes, is Reshape(Gemm or FusedMatMul(a, W, c flattened)) (Keras einsum dense layers).")
+
+
+# -- (Fused)MatMul + activation -> FusedMatMul(activation) ------------------------------------------------
+def _check_matmul_act(m):
+    act = activation_of(m.root)
+    if isinstance(act, str):
+        return act
+    mm = m.node("mm")
+    if mm.domain == "aiacc" and mm.attr("activation", ""):
+        return f"FusedMatMul<{mm.name}> already has activation {mm.attr('activation')}"
+    w = m["b"]
+    if w.shape is None or len(w.shape) != 2:
+        return "the right operand is not a matrix"
+
+
+def _rewrite_matmul_act(m, b):
+    mm = m.node("mm")
+    attrs = {k: v for k, v in mm.attrs.items() if k not in ("activation", "activation_params")}
+    attrs.update(activation_attrs(m.root))
+    return b.node("FusedMatMul", [m["a"], m["b"], m.get("c")], attrs, domain="aiacc", name=mm.name).output
+
+
+matmul_activation = Rule(
+    "matmul_activation",
+    [Op(FUSIBLE_ACTIVATIONS, Op("FusedMatMul", Var("a"), Var("b"), Opt("c"), domain="aiacc", name="mm"), Opt("lo"),
+        Opt("hi"), name="act"),
+     Op(FUSIBLE_ACTIVATIONS, Op("MatMul", Var("a"), Var("b"), name="mm"), Opt("lo"), Opt("hi"), name="act")],
+    _rewrite_matmul_act, _check_matmul_act,
+    doc="act(FusedMatMul(a, W, bias)) and act(MatMul(a, W)) are FusedMatMul(a, W, bias, activation=act).")
+
+RULES = RuleSet([matmul_add, matmul_bias, reshape_bias, gemm_activation, matmul_activation])
 
 register_pass(RewritePass("gemm_fusion", RULES, level=2, doc="""
-Turn MatMul + Add into Gemm when both operands are matrices and the addend broadcasts to the product, and
-fuse a following activation into aiacc::FusedGemm.
+Turn MatMul + Add into Gemm when both operands are matrices and the addend broadcasts to the product; a
+batched product (left operand of rank >= 3, e.g. BERT's [B, S, H] x [H, O]) plus a bias along its last
+axis into aiacc::FusedMatMul (also when a Reshape that splits the last axis sits between, as Keras einsum
+dense layers emit it); fuse a following activation into aiacc::FusedGemm / aiacc::FusedMatMul.
 
 Assumes: the MatMul (Gemm) output is read only by the Add (activation).
-Guarantees: the same numerics as the separate ops; batched (rank > 2) MatMuls are left alone.
+Guarantees: the same numerics as the separate ops (the fused kernels run the very kernels they replace);
+products whose right operand is not a matrix (attention scores) and addends that vary along other axes
+are left alone.
 """.strip()))

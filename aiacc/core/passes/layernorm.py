@@ -18,6 +18,34 @@ PATTERNS = ([Op("Add", Op("Mul", n, Var("scale"), name="scaled"), Var("bias"), n
             + [Op("Mul", n, Var("scale"), name="y") for n in _NORMS])
 
 
+# TF's form (tf.nn.batch_normalization / Keras LayerNormalization as the TF importer sees it):
+#   s = rsqrt(var + eps) * gamma;  y = x * s + (beta - mean * s)   (or + (-mean) * s + beta)
+_MEAN = Op("ReduceMean", X, Const("axes1"), name="mean")
+_DIFF = Op("Sub", X, _MEAN, name="d")
+_TF_VARS = [Op("ReduceMean", Op("Mul", _DIFF, Var("d"), name="sq"), Const("axes2"), name="var"),
+            Op("ReduceMean", Op("Pow", _DIFF, Scalar(2.0), name="sq"), Const("axes2"), name="var")]
+_TF_VEPS = [Op("Add", v, Scalar(name="eps"), name="veps") for v in _TF_VARS]
+_TF_RSTDS = [r for ve in _TF_VEPS for r in (Op("Reciprocal", Op("Sqrt", ve, name="std"), name="rstd"),
+                                             Op("Pow", ve, Scalar(-0.5), name="rstd"),
+                                             Op("Div", Scalar(1.0), Op("Sqrt", ve, name="std"), name="rstd"))]
+
+
+def _tf_patterns():
+    out = []
+    for rstd in _TF_RSTDS:
+        for s in (Op("Mul", rstd, Var("scale"), name="s"), rstd):
+            xs = Op("Mul", X, s, name="xs")
+            shifts = [Op("Add", Op("Mul", Op("Neg", _MEAN, name="neg"), s, name="ms"), Var("bias"), name="shift"),
+                      Op("Sub", Var("bias"), Op("Mul", _MEAN, s, name="ms"), name="shift")]
+            out += [Op("Add", xs, sh, name="y") for sh in shifts]
+            out += [Op("Add", xs, Op("Mul", Op("Neg", _MEAN, name="neg"), s, name="ms"), name="y"),
+                    Op("Sub", xs, Op("Mul", _MEAN, s, name="ms"), name="y")]
+    return out
+
+
+TF_PATTERNS = _tf_patterns()
+
+
 def _axis(m):
     """The first normalized axis, or a reason string."""
     x = m["x"]
@@ -71,6 +99,8 @@ def _check(m):
         why = _param_ok(m, key, axis)
         if why:
             return why
+    if m.get("scale") is None and not all(isinstance(d, int) for d in m["x"].shape[axis:]):
+        return "no scale and the normalized shape is not static (LayerNormalization needs a scale input)"
 
 
 def _param(m, b, key, axis):
@@ -90,18 +120,26 @@ def _param(m, b, key, axis):
 def _rewrite(m, b):
     axis = _axis(m)
     r = len(m["x"].shape)
+    scale = _param(m, b, "scale", axis)
+    if scale is None:  # no gamma: LayerNormalization's scale input is required, ones do nothing
+        scale = b.const(np.ones(tuple(m["x"].shape[axis:]), dtype=m["x"].dtype), "scale")
     return b.node("LayerNormalization",
-                  [m["x"], _param(m, b, "scale", axis), _param(m, b, "bias", axis)],
+                  [m["x"], scale, _param(m, b, "bias", axis)],
                   {"axis": axis - r, "epsilon": m.scalar("eps")}, name=m.root.name).output
 
 
 RULE = Rule("layernorm", PATTERNS, _rewrite, _check,
             doc="(x - mean) / sqrt(var + eps) * scale + bias over trailing axes is LayerNormalization.")
+TF_RULE = Rule("layernorm_scale_shift", TF_PATTERNS, _rewrite, _check,
+               doc="x * s + (bias - mean * s) with s = scale / sqrt(var + eps) over trailing axes is "
+                   "LayerNormalization (TF's batch_normalization arithmetic).")
 
-register_pass(RewritePass("layernorm_recognition", [RULE], level=2, doc="""
+register_pass(RewritePass("layernorm_recognition", [RULE, TF_RULE], level=2, doc="""
 Recognize layer normalization written out as ReduceMean, Sub, Pow (or Mul), ReduceMean, Add(eps), Sqrt,
 Div (or Mul by Reciprocal), Mul(scale) and optionally Add(bias), reducing the trailing axes, and replace it
-by LayerNormalization(x, scale, bias, axis, epsilon).
+by LayerNormalization(x, scale, bias, axis, epsilon). TF's arithmetic is recognized too: s = scale *
+rsqrt(var + eps) (Reciprocal of Sqrt, Pow -0.5, or 1 / Sqrt), y = x * s + (bias - mean * s) or
+x * s + (-mean) * s + bias.
 
 Assumes: both means reduce the same trailing axes with keepdims; scale and bias vary only over them.
 Guarantees: the same function; LayerNormalization's kernel accumulates in float64, so results agree to

@@ -99,12 +99,14 @@ PIPELINE: list[str] = [
     "transpose_reshape_cancellation",
     "dce",
     "pad_folding",
+    # recognized before the folding passes take their Mul/Add apart, and so that a Gelu can fuse into the
+    # MatMul before it
+    "gelu_recognition",
+    "layernorm_recognition",
     "batchnorm_folding",
     "batchnorm_decomposition",
     "affine_folding",
     "gemm_fusion",
-    "gelu_recognition",
-    "layernorm_recognition",
     "conv_fusion",
     "attention_recognition",
     "elementwise_fusion",

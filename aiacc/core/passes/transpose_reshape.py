@@ -91,12 +91,80 @@ def _check_r_identity(m):
 reshape_identity = Rule("reshape_identity", Op("Reshape", Var("x"), Var(), name="r"), lambda m, b: m["x"],
                         _check_r_identity, doc="A Reshape whose output shape equals its input shape is its input.")
 
-RULES = RuleSet([transpose_transpose, transpose_identity, reshape_reshape, reshape_identity])
+# -- Reshape(MatMul(Reshape(x, [-1, H]), W), [..., N]) -> MatMul(x, W) ----------------------------------
+def _check_tensordot(m):
+    x, w = m["x"], m["w"]
+    if x.shape is None or w.shape is None or m.node("flat").output.shape is None:
+        return "shapes are unknown"
+    if len(w.shape) != 2 or len(x.shape) < 3:
+        return "not a batched row-major product (x of rank >= 3 flattened to a matrix times a matrix)"
+    flat = m.node("flat").output.shape
+    if len(flat) != 2 or not isinstance(x.shape[-1], int) or flat[1] != x.shape[-1]:
+        return f"the inner Reshape to {list(flat)} does not flatten the leading axes of {list(x.shape)}"
+    target = [int(d) for d in m.const("s2").reshape(-1)]
+    if len(target) != len(x.shape) or target[-1] != w.shape[1]:
+        return f"the outer Reshape to {target} does not restore the leading axes of {list(x.shape)}"
+    if m.root.attr("allowzero", 0) == 0 and 0 in target:
+        return "the outer Reshape copies a dimension (0)"
+    minus = 0
+    for t, d in zip(target[:-1], x.shape[:-1]):
+        if t == -1:
+            minus += 1
+        elif t != d:
+            return f"the outer Reshape to {target} does not restore the leading axes of {list(x.shape)}"
+    if minus > 1:
+        return "the outer Reshape has several -1 entries"
+
+
+tensordot_matmul = Rule(
+    "tensordot_matmul",
+    Op("Reshape", Op("MatMul", Op("Reshape", Var("x"), Var(), name="flat"), Var("w"), name="mm"), Const("s2"),
+       name="unflat"),
+    lambda m, b: b.op("MatMul", m["x"], m["w"], name=m.node("mm").name), _check_tensordot,
+    doc="Reshape(MatMul(Reshape(x, [-1, H]), W), x's leading axes + [N]) is MatMul(x, W) (TF Tensordot).")
+
+# -- Transpose(MatMul(Transpose(a), Transpose(b)), swap last two) -> MatMul(b', a') ----------------------
+def _swap_last(rank):
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _check_transposed_product(m):
+    ta, tb = m.node("ta"), m.node("tb")
+    a, b = m["a"], m["b"]
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape) or len(a.shape) < 2:
+        return "operand ranks are unknown, below 2 or different"
+    r = len(a.shape)
+    if _perm(m.root, r) != _swap_last(r):
+        return f"the outer Transpose {_perm(m.root, r)} does not just swap the last two axes"
+    if _perm(ta, r) is None or _perm(tb, r) is None:
+        return "operand permutations are unknown"
+
+
+def _rewrite_transposed_product(m, b):
+    r = len(m["a"].shape)
+    sw = _swap_last(r)
+    qa = [_perm(m.node("ta"), r)[i] for i in sw]
+    qb = [_perm(m.node("tb"), r)[i] for i in sw]
+    new_a = m["a"] if qa == list(range(r)) else b.op("Transpose", m["a"], perm=qa, name=m.node("ta").name)
+    new_b = m["b"] if qb == list(range(r)) else b.op("Transpose", m["b"], perm=qb, name=m.node("tb").name)
+    return b.op("MatMul", new_b, new_a, name=m.node("mm").name)
+
+
+transposed_product = Rule(
+    "transposed_product",
+    Op("Transpose", Op("MatMul", Op("Transpose", Var("a"), name="ta"), Op("Transpose", Var("b"), name="tb"),
+                       name="mm"), name="t"),
+    _rewrite_transposed_product, _check_transposed_product,
+    doc="(A B)^T = B^T A^T: a Transpose of a product of two Transposes becomes a product of two Transposes "
+        "(one Transpose fewer; TF lowers Keras attention's einsum this way).")
+
+RULES = RuleSet([transpose_transpose, transpose_identity, reshape_reshape, reshape_identity, tensordot_matmul,
+                 transposed_product])
 
 register_pass(RewritePass("transpose_reshape_cancellation", RULES, level=1, doc="""
 Cancel data-movement chains: Transpose∘Transpose composes into one Transpose (or nothing), a Transpose by
 the identity permutation and a Reshape to the shape a value already has disappear, Reshape∘Reshape becomes
-one Reshape.
+one Reshape, (A B)^T of two transposed operands becomes B^T A^T (one Transpose fewer); TF's Tensordot (Reshape to a matrix, MatMul, Reshape back) becomes one batched MatMul.
 
 Assumes: shapes inferred by the IR are right; a Reshape with several symbolic dimensions is never assumed
 to be the identity.

@@ -83,3 +83,34 @@ def test_intermediate_read_elsewhere_blocks_the_rewrite():
     g.add_output(g.value("e"))
     assert "graph output" in gelu_erf.explain(g, "y")
     assert gelu_tanh.explain(g, "y") is not None
+
+
+TF_ERFC_FORMS = {
+    # TF: 0.5 * x * erfc(-x / sqrt 2), Erfc imported as 1 - erf
+    "neg_then_scale": """%n: float32[N,8] = Neg<n>(%x)
+      %d: float32[N,8] = Mul<d>(%n, %rs2)
+      %e: float32[N,8] = Erf<e>(%d)
+      %a: float32[N,8] = Sub<a>(%one, %e)
+      %h: float32[N,8] = Mul<h>(%half, %x)
+      %y: float32[N,8] = Mul<y>(%h, %a)""",
+    "scale_then_neg": """%d0: float32[N,8] = Div<d0>(%x, %s2)
+      %d: float32[N,8] = Neg<d>(%d0)
+      %e: float32[N,8] = Erf<e>(%d)
+      %a: float32[N,8] = Sub<a>(%one, %e)
+      %m: float32[N,8] = Mul<m>(%x, %a)
+      %y: float32[N,8] = Mul<y>(%m, %half)""",
+}
+
+
+@pytest.mark.parametrize("form", sorted(TF_ERFC_FORMS))
+def test_tf_erfc_forms(form):
+    g = graph(TF_ERFC_FORMS[form])
+    check_pass(g, P, rtol=1e-5, atol=1e-6)
+    assert ops(g) == ["Gelu"] and g.nodes[0].attr("approximate") == "none" and g.outputs[0].name == "y"
+
+
+def test_one_minus_erf_of_positive_argument_is_not_gelu():
+    g = graph(TF_ERFC_FORMS["neg_then_scale"].replace("Mul<d>(%n, %rs2)", "Mul<d>(%x, %rs2)"))
+    assert gelu_erf.explain(g, "y") is not None
+    run_passes(g, passes=P)
+    assert "Gelu" not in ops(g)

@@ -77,3 +77,65 @@ def test_symbolic_reshape_not_assumed_identity():
     run_passes(g, passes=P)
     assert ops(g) == ["Reshape"]
     assert RULES["reshape_identity"].explain(g, "r") is not None
+
+
+def tensordot(target="[-1,5,8]", flat="[-1,6]", x_shape="[N,5,6]"):
+    """TF's Tensordot: Reshape to a matrix, MatMul, Reshape back."""
+    n_t = len(target.split(","))
+    return parse(f"""graph g(%x: float32{x_shape}) {{
+      %w: float32[6,8] = const
+      %s1: int64[2] = const {flat}
+      %s2: int64[{n_t}] = const {target}
+      %f: float32[?,6] = Reshape<flat>(%x, %s1)
+      %m: float32[?,8] = MatMul<mm>(%f, %w)
+      %y: float32[?,5,8] = Reshape<unflat>(%m, %s2)
+      return %y
+    }}""", {"w": np.random.default_rng(5).standard_normal((6, 8)).astype(np.float32)})
+
+
+def test_tensordot_becomes_one_batched_matmul():
+    from aiacc.core.passes.transpose_reshape import tensordot_matmul
+
+    g = tensordot()
+    assert tensordot_matmul.explain(g, "unflat") is None
+    check_pass(g, P)
+    assert ops(g) == ["MatMul"] and g.outputs[0].name == "y"
+
+
+def test_tensordot_that_reorders_rows_stays():
+    from aiacc.core.passes.transpose_reshape import tensordot_matmul
+
+    g = tensordot(target="[5,-1,8]")
+    assert "does not restore the leading axes" in tensordot_matmul.explain(g, "unflat")
+    check_pass(g, P)
+    assert ops(g) == ["Reshape", "MatMul", "Reshape"]
+
+
+def test_transposed_product_of_transposes_loses_a_transpose():
+    from aiacc.core.passes.transpose_reshape import transposed_product
+
+    g = parse("""graph g(%a: float32[2,4,3,5], %b: float32[2,6,3,5]) {
+      %ta: float32[2,3,4,5] = Transpose<ta>(%a) {perm=[0,2,1,3]}
+      %tb: float32[2,3,5,6] = Transpose<tb>(%b) {perm=[0,2,3,1]}
+      %m: float32[2,3,4,6] = MatMul<mm>(%ta, %tb)
+      %y: float32[2,3,6,4] = Transpose<t>(%m) {perm=[0,1,3,2]}
+      return %y
+    }""")
+    assert transposed_product.explain(g, "t") is None
+    check_pass(g, P)
+    assert sorted(ops(g)) == ["MatMul", "Transpose", "Transpose"]
+
+
+def test_transpose_of_product_moving_batch_axes_stays():
+    from aiacc.core.passes.transpose_reshape import transposed_product
+
+    g = parse("""graph g(%a: float32[2,4,3,5], %b: float32[2,6,3,5]) {
+      %ta: float32[2,3,4,5] = Transpose<ta>(%a) {perm=[0,2,1,3]}
+      %tb: float32[2,3,5,6] = Transpose<tb>(%b) {perm=[0,2,3,1]}
+      %m: float32[2,3,4,6] = MatMul<mm>(%ta, %tb)
+      %y: float32[3,2,4,6] = Transpose<t>(%m) {perm=[1,0,2,3]}
+      return %y
+    }""")
+    assert "does not just swap the last two axes" in transposed_product.explain(g, "t")
+    check_pass(g, P)
+    assert ops(g).count("Transpose") == 3
