@@ -306,6 +306,9 @@ def _lower_by_decomposition(b: Builder, node: Node, fusions) -> list:
     for inner in g:
         for v, o in zip(inner.outputs, lower_node(b, inner, _NoFusions())):
             b.env[id(v)] = o
+    # b.env is keyed by id(value): keep this temporary graph alive for the whole export, or the next
+    # decomposition's values could reuse these ids and pick up stale fx nodes
+    b.__dict__.setdefault("_decomposed_graphs", []).append(g)
     return [arg(b, v) for v in g.outputs]
 
 
