@@ -12,3 +12,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def rng():
     """A numpy Generator with a fixed seed."""
     return np.random.default_rng(0)
+
+
+def pytest_addoption(parser):
+    """--update-goldens: rewrite tests/golden/* from the current code instead of comparing (see tests/golden)."""
+    parser.addoption("--update-goldens", action="store_true", default=False,
+                     help="rewrite the golden IR text files under tests/golden instead of comparing with them")
+
+
+@pytest.fixture
+def update_goldens(request) -> bool:
+    from tests.golden import update_requested
+
+    return update_requested(request.config)
