@@ -633,10 +633,14 @@ class Canonicalize(Pass):
 
     Not part of any optimization level: run it by name (`run_passes(g, passes=["canonicalize"])`) or call
     `canonicalize(graph)`; the cross-framework tests apply it after every import before comparing IR text.
+
+    Assumes: inference mode (BatchNorm statistics are constants).
+    Guarantees: the same function up to float rounding; Transposes at graph inputs/outputs become the graph's
+    layout, recorded in graph.meta["canonical_layout"] (the only interface change).
     """
 
     name = "canonicalize"
-    level = 99  # never selected by a level
+    level = 3  # the level it would belong to; it is not in PIPELINE, so no level runs it
     modes = ("inference",)
 
     def run(self, graph: Graph, ctx: PassContext) -> int:
