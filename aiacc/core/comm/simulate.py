@@ -112,14 +112,38 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
 
 
 def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,
-                compression: str = "none") -> float:
-    """An iteration time no plan can beat on this model (perfect overlap of communication).
+                compression: str = "none", *, subdivisions: int = 16) -> float:
+    """An iteration time no plan can beat on this model under the cost model (`simulate`'s rules).
 
-    Every schedule must (a) run all compute; (b) for each layer k, all-reduce the gradients of layers
-    0..k, which are ready no earlier than layer k's backward ends, before the forward of layer k, then
-    run the forward of layers k..end; (c) push every byte through the network after the first gradient
-    is ready, then run at least the forward of the last layer with gradients. Messages cost at least
-    latency + coef * bytes (`CostModel.bound_terms`).
+    Notation: ready[k] is when layer k's backward ends, F[k] the forward of layers k..end, P[k] the
+    bytes of layers 0..k, N all bytes; k0 / kl are the first / last layers with gradients, so
+    r_last = ready[k0] is when the last gradient is ready and r_first = ready[kl] the first;
+    R(x) is the earliest time at which x bytes of gradients are ready.
+    c(n) = cost.time(n) is a minimum of affine functions of n, hence concave and non-decreasing.
+    Write c(n) = b * n + h(n) with b the smallest per-byte cost of any algorithm: h is concave,
+    non-decreasing and h(0) = g0 >= 0 (the smallest latency). Two facts about messages of n_1..n_K
+    bytes (sum N, largest x) on the serial network:
+        (S) h - g0 is concave and 0 at 0, so subadditive:  sum h(n_i) >= (K - 1) g0 + h(N)
+        (X) h(n)/n does not increase (concave, h(0) >= 0):  sum h(n_i) >= N h(x) / x
+        (Y) the largest alone, (S) on the others:          sum h(n_i) >= h(x) + (K - 2) g0 + h(N - x)
+    Every schedule (a) runs all compute; (b) for each layer k, sends the bytes of layers 0..k in
+    messages that start after ready[k], which end no earlier than ready[k] + c(P[k]) by (S), before
+    the forward of the layer they feed (index <= k), so F[k] remains. (c) Let M_1..M_K be the messages
+    in network order and M_j the last one carrying bytes of layer k0. The network ends at
+        E >= start(M_1) + sum c(n_i) >= r_first + b N + max of the three sums    by (S), (X), (Y)
+    and also E >= R(x) + c(x): the largest message starts once its x bytes are ready. The forward of k0
+    starts after M_j; the forward of some layer <= kl starts after M_K. One of these cases holds:
+        K = 1:            M_1 starts after r_last     T >= r_last + c(N) + F[k0]
+        K >= 2, j = K:                                 T >= E(K >= 2) + F[k0]
+        K >= 2, j = 1:    M_1 starts after r_last     T >= r_last + g0 + c(N) + F[kl]
+        K >= 3, 1<j<K:                                 T >= E(K >= 3) + F[kl]
+    (the last two need k0 != kl). E(K >= m) is the smallest over x of the larger of the two bounds on
+    E. On a piece (y0, y1] of the ready curve (R constant there) each term is bounded by its value at
+    an end: h(x) >= h(y0), h(N - x) >= h(N - y1), N h(x)/x >= N h(y1)/y1, R(x) + c(x) >= R + c(y0);
+    the pieces split each layer's bytes into `subdivisions`. T is at least the smallest case.
+    c(N) is the cheapest single algorithm for all the bytes: no message pays the smallest latency of
+    one algorithm and the smallest per-byte cost of another. tests/core/comm checks the bound against
+    every plan of small models by brute force.
     """
     import numpy as np
     from aiacc.core.comm.plan import COMPRESSIONS
@@ -127,7 +151,10 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     cost = cost or CostModel(cluster)
     if cluster.world_size == 1:
         return model.forward_s + model.backward_s
-    lin = cost.bound_terms()
+    c = lambda n: float(cost.time(float(n)))
+    b = cost.bound_terms().coef
+    h = lambda n: c(n) - b * n
+    g0 = c(0.0)
     wire_dtype = COMPRESSIONS[compression]
     layers = model.layers
     n = len(layers)
@@ -146,9 +173,28 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     for k in range(n):
         prefix += nbytes[k]
         if nbytes[k]:
-            best = max(best, ready[k] + lin.latency + lin.coef * prefix + suffix_fwd[k])
+            best = max(best, ready[k] + c(prefix) + suffix_fwd[k])
     with_grads = [k for k in range(n) if nbytes[k]]
-    if with_grads:
-        first_ready = ready[with_grads[-1]]
-        best = max(best, first_ready + lin.latency + lin.coef * sum(nbytes) + suffix_fwd[with_grads[-1]])
-    return best
+    if not with_grads:
+        return best
+    k0, kl = with_grads[0], with_grads[-1]
+    r_last, r_first, total = ready[k0], ready[kl], float(sum(nbytes))
+
+    def network_end(min_messages: int) -> float:
+        fixed = r_first + b * total
+        floor_s = (min_messages - 1) * g0 + h(total)
+        out, done = float("inf"), 0.0
+        for k in reversed(with_grads):  # ready order: R(x) = ready[k] for x in (done, done + nbytes[k]]
+            ys = np.linspace(done, done + nbytes[k], subdivisions + 1)
+            for y0, y1 in zip(ys[:-1], ys[1:]):
+                if y1 >= total:  # one message with every byte: only in the K = 1 case
+                    continue
+                spread = max(total * h(y1) / y1, h(y0) + h(total - y1) + (min_messages - 2) * g0)
+                out = min(out, max(fixed + max(spread, floor_s), ready[k] + c(y0)))
+            done += nbytes[k]
+        return out
+
+    cases = [r_last + c(total) + suffix_fwd[k0], network_end(2) + suffix_fwd[k0]]
+    if k0 != kl:
+        cases += [r_last + g0 + c(total) + suffix_fwd[kl], network_end(3) + suffix_fwd[kl]]
+    return max(best, min(cases))

@@ -175,48 +175,59 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     return best, best_res, results + [best_res]
 
 
-def _split(bucket: Bucket, layer_of: dict[str, int]) -> tuple[Bucket, Bucket] | None:
-    """Cut a bucket into two halves of (about) equal element count, cutting a piece if needed."""
+def _split(bucket: Bucket, layer_of: dict[str, int], frac: float = 0.5) -> tuple[Bucket, Bucket] | None:
+    """Cut a bucket after `frac` of its elements (cutting a piece if needed); None if a side is empty."""
     total = bucket.numel
-    if total < 2:
+    cut_at, acc = int(total * frac), 0
+    if not 0 < cut_at < total:
         return None
-    half, acc = total // 2, 0
     left: list[Piece] = []
     right: list[Piece] = []
     for p in bucket.pieces:
-        if acc >= half:
+        if acc >= cut_at:
             right.append(p)
-        elif acc + p.numel <= half:
+        elif acc + p.numel <= cut_at:
             left.append(p)
         else:
-            cut = p.start + (half - acc)
+            cut = p.start + (cut_at - acc)
             left.append(Piece(p.grad, p.start, cut))
             right.append(Piece(p.grad, cut, p.stop))
         acc += p.numel
-    if not left or not right:
-        return None
     prio = lambda ps: min(layer_of[q.grad] for q in ps)
     return (Bucket(tuple(left), prio(left), bucket.not_before), Bucket(tuple(right), prio(right), bucket.not_before))
 
 
+def _merge(a: Bucket, b: Bucket) -> Bucket:
+    return Bucket(a.pieces + b.pieces, min(a.priority, b.priority), max(a.not_before, b.not_before))
+
+
+def _moves(b: list[Bucket], layer_of: dict[str, int]):
+    """Neighbouring plans: merge two neighbours, cut one bucket (at 1/4, 1/2, 3/4), or move a quarter
+    or half of a bucket into its neighbour (shifts a boundary)."""
+    for k in range(len(b) - 1):
+        yield b[:k] + [_merge(b[k], b[k + 1])] + b[k + 2:]
+        for f in (0.25, 0.5):
+            h = _split(b[k + 1], layer_of, f)
+            if h:
+                yield b[:k] + [_merge(b[k], h[0]), h[1]] + b[k + 2:]
+            h = _split(b[k], layer_of, 1 - f)
+            if h:
+                yield b[:k] + [h[0], _merge(h[1], b[k + 1])] + b[k + 2:]
+    for k in range(len(b)):
+        for f in (0.25, 0.5, 0.75):
+            h = _split(b[k], layer_of, f)
+            if h:
+                yield b[:k] + list(h) + b[k + 1:]
+
+
 def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult, cost: CostModel,
            rounds: int = 40) -> tuple[Plan, SimResult]:
-    """Hill-climb on the simulated iteration time: merge two neighbouring buckets or halve one, keep the
-    best move that helps, stop when none does (or after `rounds` moves)."""
+    """Hill-climb on the simulated iteration time: take the best neighbouring plan (`_moves`) while it
+    helps, at most `rounds` times."""
     layer_of = {g.name: i for i, l in enumerate(model.layers) for g in l.grads}
     for _ in range(rounds):
-        b = list(plan.buckets)
-        moves = []
-        for k in range(len(b) - 1):
-            pieces = b[k].pieces + b[k + 1].pieces
-            merged = Bucket(pieces, min(b[k].priority, b[k + 1].priority), max(b[k].not_before, b[k + 1].not_before))
-            moves.append(b[:k] + [merged] + b[k + 2:])
-        for k in range(len(b)):
-            halves = _split(b[k], layer_of)
-            if halves:
-                moves.append(b[:k] + list(halves) + b[k + 1:])
         best = None
-        for m in moves:
+        for m in _moves(list(plan.buckets), layer_of):
             cand = Plan(plan.strategy, tuple(m), plan.scheduling, plan.compression, plan.notes, plan.params)
             r = simulate(model, cluster, cand, cost, validate=False)
             if r.iteration_s < (best[1].iteration_s if best else result.iteration_s) - 1e-9:

@@ -137,3 +137,57 @@ def test_chrome_trace_lists_compute_and_network_events(tmp_path):
     assert [(round(e["ts"]), round(e["dur"])) for e in ar] == [(20000, 6000), (40000, 6000)]
     assert doc["otherData"]["iteration_s"] == pytest.approx(0.066)
     assert chrome_trace(r)["traceEvents"][0]["args"]["name"] == "aiacc plan: per-tensor"
+
+
+def _ordered_partitions(items):
+    """Every way to split `items` into non-empty groups and order the groups (Fubini many)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for tail in _ordered_partitions(rest):
+        for i in range(len(tail)):  # join an existing group
+            yield tail[:i] + [[first] + tail[i]] + tail[i + 1:]
+        for i in range(len(tail) + 1):  # or form a new group at any position
+            yield tail[:i] + [[first]] + tail[i:]
+
+
+def _brute_force_best(m, c, cost):
+    """The fastest of all FIFO plans over whole tensors or halves (every grouping and order)."""
+    grads = m.gradients()
+    best = float("inf")
+    for halves in itertools.product((False, True), repeat=len(grads)):
+        pieces = []
+        for g, half in zip(grads, halves):
+            pieces += [Piece(g.name, 0, g.numel // 2), Piece(g.name, g.numel // 2, g.numel)] if half else [whole(g.name, g.numel).pieces[0]]
+        for groups in _ordered_partitions(pieces):
+            plan = Plan("bf", tuple(Bucket(tuple(grp)) for grp in groups))
+            best = min(best, simulate(m, c, plan, cost, validate=False).iteration_s)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lower_bound_holds_against_every_plan_of_small_models(seed):
+    """No plan (any grouping, order or halving of 3 tensors) beats the bound, and it is not vacuous."""
+    rng = np.random.default_rng(seed)
+    m = ModelSpec("r", tuple(Layer(f"l{i}", float(rng.uniform(1e-4, 4e-3)), float(rng.uniform(1e-4, 6e-3)),
+                                   (GradientSpec(f"g{i}", int(rng.integers(10_000, 3_000_000))),)) for i in range(3)))
+    # several nodes so that "auto" mixes ring, hierarchical and tree algorithms (a concave cost)
+    c = ClusterSpec(nodes=int(rng.choice([2, 4, 16])), workers_per_node=4, inter_bandwidth=float(rng.uniform(1e8, 2e9)),
+                    inter_latency=float(rng.uniform(1e-5, 2e-3)), intra_bandwidth=1e10, intra_latency=1e-5)
+    cost = CostModel(c)
+    best, lb = _brute_force_best(m, c, cost), lower_bound(m, c, cost)
+    assert lb <= best + 1e-12
+    assert lb >= 0.9 * best  # and within 10% of the true optimum on these cases
+
+
+def test_lower_bound_counts_the_messages_a_plan_needs():
+    """Two tensors ready 20 ms apart: one message waits for both, two pay two latencies. The bound is
+    the better of the two and the brute-force optimum attains it."""
+    m = model(1_000_000, 1_000_000)
+    c = pair(1e-3)  # 2 ms latency, 4 ms per MB... (1 ns per byte)
+    # one message 40-50 ms then forward 20 ms = 70 ms; two messages: g1 20-26, g0 40-46, forward -> 66 ms
+    # the bound: min(40 + 10 + 20, 20 + 2 + 10 + 20, 40 + 2 + 10 + 10, 20 + 4 + 10 + 10) = 44 ms (K >= 3 case),
+    # the per-layer term: g0 ready at 40 ms, 6 ms, then 20 ms forward = 66 ms
+    assert lower_bound(m, c) == pytest.approx(0.066)
+    assert _brute_force_best(m, c, CostModel(c)) == pytest.approx(0.066)
