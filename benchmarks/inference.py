@@ -63,6 +63,33 @@ class Row:
         return min(peers, key=lambda kv: kv[1]) if peers else None
 
 
+def set_threads(n: int) -> None:
+    """One intra-op thread count for every runtime; call before any framework is imported."""
+    if any(m in sys.modules for m in ("torch", "tensorflow", "mxnet")):
+        raise RuntimeError("set_threads must run before the frameworks are imported")
+    os.environ["OMP_NUM_THREADS"] = str(n)  # MXNet (OpenMP) and torch's OpenMP pool
+    os.environ["MKL_NUM_THREADS"] = str(n)
+    import aiacc.backends.onnxruntime as ortb
+
+    ortb.DEFAULT_THREADS = n
+    try:
+        import cv2
+
+        cv2.setNumThreads(n)
+    except ImportError:
+        pass
+    if zoo.installed("torch"):
+        import torch
+
+        torch.set_num_threads(n)
+        torch.set_num_interop_threads(1)
+    if zoo.installed("tf"):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
 # ------------------------------------------------------------------------------------------------ peers
 def torch_peers(model, inputs, which) -> dict[str, Callable]:
     import torch
@@ -239,8 +266,14 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="native,onnxruntime")
     p.add_argument("--peers", default="", help="comma-separated peers to run (default: all), e.g. jit,xla")
     p.add_argument("--skip-peers", default="", help="comma-separated peers to skip, e.g. compile")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads of every runtime (torch, TF, MXNet/OpenMP, onnxruntime, OpenCV); "
+                        "default: all CPUs. On a shared machine 1 keeps spinning thread pools from "
+                        "measuring contention instead of the models")
     p.add_argument("-v", "--verbose", action="store_true", help="print tracebacks of failing candidates")
     args = p.parse_args(argv)
+    if args.threads:
+        set_threads(args.threads)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
     frameworks, models = split(args.frameworks), split(args.models)
     batches = [int(b) for b in split(args.batch)]

@@ -25,7 +25,14 @@ def default_providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
+# threads per onnxruntime session when the caller gives none (None: the CPUs this process may use);
+# benchmarks set it to compare runtimes at one thread count
+DEFAULT_THREADS: int | None = None
+
+
 def _usable_cpus() -> int:
+    if DEFAULT_THREADS:
+        return DEFAULT_THREADS
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
