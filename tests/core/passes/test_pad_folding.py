@@ -1,6 +1,6 @@
 import numpy as np
 
-from aiacc.core import parse
+from aiacc.core import Graph, parse
 from aiacc.core.passes import run_passes
 from aiacc.core.passes.pad_folding import RULES
 from tests.core.passes.helpers import check_pass, ops
@@ -108,3 +108,14 @@ def test_zero_pad_folds_into_maxpool_only_for_nonnegative_values_and_real_window
     assert ops(g) == ["Relu", "Pad", "MaxPool"]
     g = nonneg_pool(pool_attrs="kernel_shape=[3,3], strides=[2,2], ceil_mode=1")
     assert "ceil_mode" in RULES["pad_into_maxpool"].explain(g, "pool")
+
+
+def test_pads_from_a_constant_node_and_explicit_zero_value_fold():
+    g = Graph("g")
+    x = g.add_input("x", "float32", (2, 3, 6, 6))
+    pads = g.op("Constant", value=np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), name="pads")
+    zero = g.op("Constant", value=np.array(0.0, np.float32), name="zero")
+    xp = g.op("Pad", x, pads, zero, name="pad")
+    g.add_output(g.op("Conv", xp, g.add_initializer("w", W["w"]), name="conv"))
+    check_pass(g, P + ["dce"])
+    assert ops(g) == ["Conv"] and g.nodes[0].attrs["pads"] == [1, 1, 1, 1]
