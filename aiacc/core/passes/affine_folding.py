@@ -84,6 +84,10 @@ def _check_scale(m):
     lin, _, vec = got
     if m.get("r") is not None:
         return f"FusedConv<{lin.name}> adds a residual the {m.root.op} would scale too"
+    others = [u for u in m["w"].users() if u is not lin]
+    if others:
+        return (f"the weight %{m['w'].name} is shared with {others[0].qualified_op}<{others[0].name}>: "
+                "scaling it would duplicate it")
     if m.root.op == "Div" and not np.all(vec != 0):
         return "the divisor has zeros"
 

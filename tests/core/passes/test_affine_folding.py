@@ -192,3 +192,18 @@ def test_level2_pipeline_reaches_a_fused_conv_with_relu():
     g = keras_bn(tail="%z: float32[N,4,6,6] = Relu<relu>(%y)\n      return %z")
     run_passes(g, level=2, debug=True)
     assert ops(g) == ["aiacc::FusedConv"] and g.nodes[0].attrs["activation"] == "Relu"
+
+
+def test_shared_weight_is_not_duplicated_by_a_scale():
+    """Tied weights (an embedding table reused by the output projection) keep one copy."""
+    g = parse("""graph g(%x: float32[2,7,3]) {
+      %w: float32[3,5] = const
+      %s: float32[5] = const
+      %mm: float32[2,7,5] = MatMul<mm>(%x, %w)
+      %y: float32[2,7,5] = Mul<mul>(%mm, %s)
+      %mm2: float32[2,7,5] = MatMul<mm2>(%x, %w)
+      return %y, %mm2
+    }""", {"w": f32(3, 5), "s": f32(5)})
+    assert "is shared with MatMul<mm2>" in RULES["scale_into_linear"].explain(g, "mul")
+    check_pass(g, P)
+    assert ops(g) == ["MatMul", "Mul", "MatMul"]
