@@ -107,6 +107,8 @@ PIPELINE: list[str] = [
     "batchnorm_decomposition",
     "affine_folding",
     "gemm_fusion",
+    # again: Transposes around the MatMuls fused just now (batch_first=False attention) can compose
+    "transpose_reshape_cancellation",
     "conv_fusion",
     "attention_recognition",
     "elementwise_fusion",

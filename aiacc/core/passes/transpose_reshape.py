@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiacc.core.passes.manager import register_pass
-from aiacc.core.passes.rewrite import Const, Op, RewritePass, Rule, RuleSet, Var
+from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, Var
 
 
 def _perm(node, rank):
@@ -158,13 +158,228 @@ transposed_product = Rule(
     doc="(A B)^T = B^T A^T: a Transpose of a product of two Transposes becomes a product of two Transposes "
         "(one Transpose fewer; TF lowers Keras attention's einsum this way).")
 
+# -- Transposes moved across Reshapes and row-wise products so that they meet and compose --------------
+# (torch's batch_first=False attention: Transpose -> MatMul -> Reshape -> Transpose on the way in,
+#  Transpose -> Reshape -> MatMul -> Transpose on the way out; each move below lets two Transposes compose)
+
+def axis_groups(a: tuple, b: tuple) -> list[tuple[list[int], list[int]]] | None:
+    """The finest pairing of consecutive axis groups of shapes a and b with equal element counts (a Reshape
+    from a to b only splits or merges inside each group); None when a dimension is not static."""
+    if not all(isinstance(d, int) and d > 0 for d in tuple(a) + tuple(b)):
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        ga, gb, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                if i == len(a):
+                    return None
+                ga.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                if j == len(b):
+                    return None
+                gb.append(j)
+                pb *= b[j]
+                j += 1
+        groups.append((ga, gb))
+    # trailing size-1 axes join the last group
+    if groups:
+        groups[-1][0].extend(range(i, len(a)))
+        groups[-1][1].extend(range(j, len(b)))
+    if i < len(a) and any(a[k] != 1 for k in range(i, len(a))) or j < len(b) and any(b[k] != 1 for k in range(j, len(b))):
+        return None
+    return groups
+
+
+def _consecutive(axes: list[int]) -> bool:
+    return all(y == x + 1 for x, y in zip(axes, axes[1:]))
+
+
+def _single_reader(v, op: str):
+    """The one node reading v when it is an `op` (and v is no graph output), else None."""
+    users = v.users()
+    if len(v.uses) == 1 and not v.is_graph_output and users[0].op == op and users[0].domain == "":
+        return users[0]
+    return None
+
+
+def _transposed_input(v):
+    """v is a Transpose output, or a Reshape of one, read only along that chain."""
+    p = v.producer
+    if p is None or p.domain != "":
+        return False
+    if p.op == "Transpose":
+        return True
+    return p.op == "Reshape" and p.inputs[0].producer is not None and p.inputs[0].producer.op == "Transpose" \
+        and len(p.inputs[0].uses) == 1
+
+
+# Reshape(Transpose(y, p), s) -> Transpose(Reshape(y, s'), p') when a Transpose reads the result
+def _check_reshape_of_transpose(m):
+    y, t_out, out = m["y"], m.node("t").output, m.root.output
+    if y.shape is None or t_out.shape is None or out.shape is None:
+        return "shapes are unknown"
+    if _single_reader(out, "Transpose") is None:
+        return "no Transpose reads the Reshape: moving the Transpose would not let it compose"
+    groups = axis_groups(tuple(t_out.shape), tuple(out.shape))
+    if groups is None:
+        return f"the Reshape {list(t_out.shape)} -> {list(out.shape)} is not static or not axis-grouped"
+    perm = _perm(m.node("t"), len(y.shape))
+    for ga, _ in groups:
+        if not _consecutive([perm[k] for k in ga]):
+            return "the Transpose splits an axis group the Reshape merges or splits"
+
+
+def _rewrite_reshape_of_transpose(m, b):
+    y, t_out, out = m["y"], m.node("t").output, m.root.output
+    perm = _perm(m.node("t"), len(y.shape))
+    groups = axis_groups(tuple(t_out.shape), tuple(out.shape))
+    # order the groups as they lie in y
+    in_y = sorted(range(len(groups)), key=lambda g: perm[groups[g][0][0]])
+    new_shape, start = [], {}
+    for g in in_y:
+        start[g] = len(new_shape)
+        ga, gb = groups[g]
+        if len(ga) == 1 and len(gb) == 1 and perm[ga[0]] == len(new_shape):
+            new_shape.append(0)  # an axis kept in place: copy it (the batch stays free to change)
+        else:
+            new_shape += [out.shape[k] for k in gb]
+    new_perm = [start[g] + k for g in range(len(groups)) for k in range(len(groups[g][1]))]
+    r = b.op("Reshape", y, b.const(np.asarray(new_shape, dtype=np.int64), "shape"), name=m.root.name)
+    return b.op("Transpose", r, perm=new_perm, name=m.node("t").name)
+
+
+reshape_of_transpose = Rule(
+    "reshape_of_transpose", Op("Reshape", Op("Transpose", Var("y"), name="t"), Var(), name="rs"),
+    _rewrite_reshape_of_transpose, _check_reshape_of_transpose,
+    doc="Reshape(Transpose(y)) that only splits/merges axes the Transpose keeps together is "
+        "Transpose(Reshape(y)), when another Transpose follows (they then compose).")
+
+
+# Transpose(Reshape(x, s), p) -> Reshape(Transpose(x, p''), s'') when x is a Transpose output
+def _check_transpose_of_reshape(m):
+    x, r_out, out = m["x"], m.node("rs").output, m.root.output
+    if x.shape is None or r_out.shape is None or out.shape is None:
+        return "shapes are unknown"
+    if x.producer is None or x.producer.op != "Transpose" or x.producer.domain != "":
+        return "the reshaped value is no Transpose output: moving the Transpose would not let it compose"
+    groups = axis_groups(tuple(x.shape), tuple(r_out.shape))
+    if groups is None:
+        return f"the Reshape {list(x.shape)} -> {list(r_out.shape)} is not static or not axis-grouped"
+    perm = _perm(m.root, len(r_out.shape))
+    inv = [perm.index(k) for k in range(len(perm))]
+    for _, gb in groups:
+        if not _consecutive([inv[k] for k in gb]):
+            return "the Transpose splits an axis group the Reshape merges or splits"
+
+
+def _rewrite_transpose_of_reshape(m, b):
+    x, r_out, out = m["x"], m.node("rs").output, m.root.output
+    perm = _perm(m.root, len(r_out.shape))
+    inv = [perm.index(k) for k in range(len(perm))]
+    groups = axis_groups(tuple(x.shape), tuple(r_out.shape))
+    order = sorted(range(len(groups)), key=lambda g: inv[groups[g][1][0]])  # groups as the output orders them
+    xperm = [k for g in order for k in groups[g][0]]
+    shape, pos = [], 0
+    for g in order:
+        ga, gb = groups[g]
+        if len(ga) == 1 and len(gb) == 1 and len(shape) == pos:
+            shape.append(0)  # an axis kept in place: copy it (the batch stays free to change)
+        else:
+            shape += [out.shape[inv[k]] for k in gb]
+        pos += len(ga)
+    t = b.op("Transpose", x, perm=xperm, name=m.root.name)
+    return b.op("Reshape", t, b.const(np.asarray(shape, dtype=np.int64), "shape"), name=m.node("rs").name)
+
+
+transpose_of_reshape = Rule(
+    "transpose_of_reshape", Op("Transpose", Op("Reshape", Var("x"), Var(), name="rs"), name="t"),
+    _rewrite_transpose_of_reshape, _check_transpose_of_reshape,
+    doc="Transpose(Reshape(x)) that keeps each axis group the Reshape splits/merges together is "
+        "Reshape(Transpose(x)), when x is itself a Transpose output (they then compose).")
+
+
+# a leading-axis Transpose moves across a product with a weight matrix (it acts on rows only)
+_ROWWISE = ("MatMul", "FusedMatMul")
+
+
+def _is_rowwise(node) -> str | None:
+    w = node.inputs[1]
+    if w is None or w.shape is None or len(w.shape) != 2:
+        return f"{node.qualified_op}<{node.name}> does not multiply by a weight matrix"
+    return None
+
+
+def _check_transpose_into_product(m):
+    mm = m.root
+    why = _is_rowwise(mm)
+    if why:
+        return why
+    rank = len(m["x"].shape) if m["x"].shape is not None else None
+    if rank is None or _perm(m.node("t"), rank)[-1] != rank - 1:
+        return "the Transpose moves the last axis"
+    out = mm.output
+    nxt = _single_reader(out, "Transpose") or _single_reader(out, "Reshape")
+    if nxt is None or (nxt.op == "Reshape" and _single_reader(nxt.output, "Transpose") is None):
+        return "no Transpose follows the product: moving this one after it would not let it compose"
+
+
+def _rewrite_transpose_into_product(m, b):
+    mm = m.root
+    ins = [m["x"]] + list(mm.inputs[1:])
+    y = b.node(mm.op, ins, dict(mm.attrs), domain=mm.domain, name=mm.name).output
+    return b.op("Transpose", y, perm=_perm(m.node("t"), len(m["x"].shape)), name=m.node("t").name)
+
+
+transpose_through_product = Rule(
+    "transpose_through_product",
+    [Op("MatMul", Op("Transpose", Var("x"), name="t"), Var("w"), name="mm"),
+     Op("FusedMatMul", Op("Transpose", Var("x"), name="t"), Var("w"), Opt("bias"), domain="aiacc", name="mm")],
+    _rewrite_transpose_into_product, _check_transpose_into_product,
+    doc="(x^p) W is (x W)^p for a Transpose p of the leading axes, moved after the product when a Transpose "
+        "follows (directly or after a Reshape) to compose with.")
+
+
+def _check_product_of_transposed(m):
+    mm = m.node("mm")
+    why = _is_rowwise(mm)
+    if why:
+        return why
+    out = mm.output
+    rank = len(out.shape) if out.shape is not None else None
+    if rank is None or _perm(m.root, rank)[-1] != rank - 1:
+        return "the Transpose moves the last axis"
+    if not _transposed_input(m["x"]):
+        return "the product's input is no Transpose (or Reshape of one) to compose with"
+
+
+def _rewrite_product_of_transposed(m, b):
+    mm = m.node("mm")
+    t = b.op("Transpose", m["x"], perm=_perm(m.root, len(mm.output.shape)), name=m.root.name)
+    return b.node(mm.op, [t] + list(mm.inputs[1:]), dict(mm.attrs), domain=mm.domain, name=mm.name).output
+
+
+product_then_transpose = Rule(
+    "product_then_transpose",
+    [Op("Transpose", Op("MatMul", Var("x"), Var("w"), name="mm"), name="t"),
+     Op("Transpose", Op("FusedMatMul", Var("x"), Var("w"), Opt("bias"), domain="aiacc", name="mm"), name="t")],
+    _rewrite_product_of_transposed, _check_product_of_transposed,
+    doc="(x W)^p is (x^p) W for a Transpose p of the leading axes, moved before the product when its input "
+        "is a Transpose (or a Reshape of one) to compose with.")
+
 RULES = RuleSet([transpose_transpose, transpose_identity, reshape_reshape, reshape_identity, tensordot_matmul,
-                 transposed_product])
+                 transposed_product, reshape_of_transpose, transpose_of_reshape, transpose_through_product,
+                 product_then_transpose])
 
 register_pass(RewritePass("transpose_reshape_cancellation", RULES, level=1, doc="""
 Cancel data-movement chains: Transpose∘Transpose composes into one Transpose (or nothing), a Transpose by
 the identity permutation and a Reshape to the shape a value already has disappear, Reshape∘Reshape becomes
-one Reshape, (A B)^T of two transposed operands becomes B^T A^T (one Transpose fewer); TF's Tensordot (Reshape to a matrix, MatMul, Reshape back) becomes one batched MatMul.
+one Reshape; Transposes move across Reshapes that keep their axis groups and across products with a
+weight matrix (which act on rows) when that lets them compose with another Transpose; (A B)^T of two
+transposed operands becomes B^T A^T (one Transpose fewer); TF's Tensordot (Reshape to a matrix, MatMul, Reshape back) becomes one batched MatMul.
 
 Assumes: shapes inferred by the IR are right; a Reshape with several symbolic dimensions is never assumed
 to be the identity.

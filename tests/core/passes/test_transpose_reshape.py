@@ -139,3 +139,67 @@ def test_transpose_of_product_moving_batch_axes_stays():
     assert "does not just swap the last two axes" in transposed_product.explain(g, "t")
     check_pass(g, P)
     assert ops(g).count("Transpose") == 3
+
+
+def test_axis_groups():
+    from aiacc.core.passes.transpose_reshape import axis_groups
+
+    assert axis_groups((16, 2, 192), (16, 2, 3, 4, 16)) == [([0], [0]), ([1], [1]), ([2], [2, 3, 4])]
+    assert axis_groups((6, 4), (2, 12)) == [([0, 1], [0, 1])]
+    assert axis_groups((2, 3, 1), (6,)) == [([0, 1, 2], [0])]
+    assert axis_groups(("N", 4), (8,)) is None
+
+
+_RNG = np.random.default_rng(9)
+MHA_W = {"w": _RNG.standard_normal((8, 24)).astype(np.float32), "b": _RNG.standard_normal(24).astype(np.float32),
+         "wo": _RNG.standard_normal((8, 8)).astype(np.float32)}
+
+
+def test_batch_first_false_attention_projections_lose_their_transposes():
+    """torch's MultiheadAttention (batch_first=False) as the plugin decomposes it, around the fused
+    projections: Transpose -> FusedMatMul -> Reshape -> Transpose, and Transpose -> Reshape -> FusedMatMul ->
+    Transpose."""
+    g = parse("""graph g(%x: float32[2,5,8], %a: float32[2,2,5,4]) {
+      %w: float32[8,24] = const
+      %b: float32[24] = const
+      %wo: float32[8,8] = const
+      %s1: int64[5] = const [0, 0, 3, 2, 4]
+      %s2: int64[3] = const [5, 2, 8]
+      %xt: float32[5,2,8] = Transpose<xt>(%x) {perm=[1,0,2]}
+      %p: float32[5,2,24] = aiacc::FusedMatMul<inproj>(%xt, %w, %b)
+      %pr: float32[5,2,3,2,4] = Reshape<pr>(%p, %s1)
+      %qkv: float32[3,2,2,5,4] = Transpose<qkv>(%pr) {perm=[2,1,3,0,4]}
+      %at: float32[5,2,2,4] = Transpose<at>(%a) {perm=[2,0,1,3]}
+      %ar: float32[5,2,8] = Reshape<ar>(%at, %s2)
+      %o: float32[5,2,8] = aiacc::FusedMatMul<outproj>(%ar, %wo)
+      %y: float32[2,5,8] = Transpose<y>(%o) {perm=[1,0,2]}
+      return %qkv, %y
+    }""", MHA_W)
+    check_pass(g, P)
+    assert ops(g).count("Transpose") == 2 and ops(g).count("Reshape") == 2
+    # the kept reshapes copy the batch axis (0) instead of fixing its size
+    shapes = [list(n.inputs[1].const) for n in g if n.op == "Reshape"]
+    assert [0, 0, 3, 2, 4] in shapes and [0, 0, 8] in shapes
+
+
+def test_transposes_that_would_not_compose_stay_before_the_product():
+    from aiacc.core.passes.transpose_reshape import transpose_through_product
+
+    g = parse("""graph g(%x: float32[2,5,8]) {
+      %w: float32[8,24] = const
+      %xt: float32[5,2,8] = Transpose<xt>(%x) {perm=[1,0,2]}
+      %p: float32[5,2,24] = MatMul<mm>(%xt, %w)
+      %y: float32[5,2,24] = Relu<y>(%p)
+      return %y
+    }""", {"w": MHA_W["w"]})
+    assert "no Transpose follows" in transpose_through_product.explain(g, "mm")
+    check_pass(g, P)
+    assert ops(g) == ["Transpose", "MatMul", "Relu"]
+    g = parse("""graph g(%x: float32[8,5,2]) {
+      %w: float32[8,24] = const
+      %xt: float32[2,5,8] = Transpose<xt>(%x) {perm=[2,1,0]}
+      %p: float32[2,5,24] = MatMul<mm>(%xt, %w)
+      %y: float32[5,2,24] = Transpose<y>(%p) {perm=[1,0,2]}
+      return %y
+    }""", {"w": MHA_W["w"]})
+    assert "moves the last axis" in transpose_through_product.explain(g, "mm")
