@@ -1,4 +1,4 @@
-"""Removal of Identity nodes and of inference-time Dropout."""
+"""Removal of Identity nodes, no-op Casts and inference-time Dropout."""
 from __future__ import annotations
 
 from aiacc.core.ir import Graph, Node
@@ -26,6 +26,10 @@ def remove_identities(graph: Graph, ctx: PassContext) -> int:
             continue
         if node.op == "Identity":
             pass
+        elif node.op == "Cast":
+            x = node.inputs[0]
+            if x.dtype is None or x.dtype != node.attr("to"):
+                continue  # a real conversion (or one whose source type is unknown)
         elif node.op == "Dropout" and ctx.inference:
             if not _dropout_is_identity(node):
                 continue
@@ -53,9 +57,9 @@ def remove_identities(graph: Graph, ctx: PassContext) -> int:
 
 @register_pass
 class IdentityRemoval(Pass):
-    """Remove Identity nodes, and (in inference mode) Dropout nodes that compute the identity: those whose
-    training_mode input is absent or a constant false (or whose ratio is a constant 0) and whose mask
-    output nobody reads.
+    """Remove Identity nodes, Casts to the dtype their input already has, and (in inference mode) Dropout
+    nodes that compute the identity: those whose training_mode input is absent or a constant false (or
+    whose ratio is a constant 0) and whose mask output nobody reads.
 
     Assumes: nothing beyond ONNX semantics.
     Guarantees: readers see the very same array; graph outputs keep their names (an Identity that maps a

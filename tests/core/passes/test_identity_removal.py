@@ -44,3 +44,14 @@ def test_identity_from_input_to_output_is_kept():
     }""")
     check_pass(g, ["identity_removal"])
     assert ops(g) == ["Identity"]
+
+
+def test_cast_to_the_same_dtype_goes_and_a_real_cast_stays():
+    g = parse("""graph g(%x: float32[2,3], %i: int32[2,3]) {
+      %a: float32[2,3] = Cast<same>(%x) {to="float32"}
+      %b: float32[2,3] = Relu<r>(%a)
+      %c: int64[2,3] = Cast<widen>(%i) {to="int64"}
+      return %b, %c
+    }""")
+    check_pass(g, ["identity_removal"])
+    assert ops(g) == ["Relu", "Cast"] and g.nodes[0].inputs[0].name == "x"
