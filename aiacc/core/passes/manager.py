@@ -97,6 +97,7 @@ PIPELINE: list[str] = [
     "constant_folding",
     "cse",
     "transpose_reshape_cancellation",
+    "transpose_propagation",
     "dce",
     "pad_folding",
     # recognized before the folding passes take their Mul/Add apart, and so that a Gelu can fuse into the
@@ -108,7 +109,7 @@ PIPELINE: list[str] = [
     "affine_folding",
     "gemm_fusion",
     # again: Transposes around the MatMuls fused just now (batch_first=False attention) can compose
-    "transpose_reshape_cancellation",
+    "transpose_propagation",
     "conv_fusion",
     "attention_recognition",
     "elementwise_fusion",

@@ -370,18 +370,34 @@ product_then_transpose = Rule(
     doc="(x W)^p is (x^p) W for a Transpose p of the leading axes, moved before the product when its input "
         "is a Transpose (or a Reshape of one) to compose with.")
 
-RULES = RuleSet([transpose_transpose, transpose_identity, reshape_reshape, reshape_identity, tensordot_matmul,
-                 transposed_product, reshape_of_transpose, transpose_of_reshape, transpose_through_product,
-                 product_then_transpose])
+RULES = RuleSet([transpose_transpose, transpose_identity, reshape_reshape, reshape_identity])
+
+# the rules that change the layout of intermediate values (which a training-mode Dropout would see: torch
+# draws its mask in the memory order of its input), with the cancellations they enable
+PROPAGATION_RULES = RuleSet([tensordot_matmul, transposed_product, reshape_of_transpose, transpose_of_reshape,
+                             transpose_through_product, product_then_transpose, transpose_transpose,
+                             transpose_identity, reshape_reshape, reshape_identity])
 
 register_pass(RewritePass("transpose_reshape_cancellation", RULES, level=1, doc="""
 Cancel data-movement chains: Transpose∘Transpose composes into one Transpose (or nothing), a Transpose by
 the identity permutation and a Reshape to the shape a value already has disappear, Reshape∘Reshape becomes
-one Reshape; Transposes move across Reshapes that keep their axis groups and across products with a
-weight matrix (which act on rows) when that lets them compose with another Transpose; (A B)^T of two
-transposed operands becomes B^T A^T (one Transpose fewer); TF's Tensordot (Reshape to a matrix, MatMul, Reshape back) becomes one batched MatMul.
+one Reshape.
 
 Assumes: shapes inferred by the IR are right; a Reshape with several symbolic dimensions is never assumed
 to be the identity.
 Guarantees: the data and shape of every graph output are unchanged; inner nodes read elsewhere stay.
+""".strip()))
+
+register_pass(RewritePass("transpose_propagation", PROPAGATION_RULES, level=2, modes=("inference",), doc="""
+Move Transposes to where they cancel: across Reshapes that keep their axis groups and across products with
+a weight matrix (which act on rows only), when that lets them compose with another Transpose (torch's
+batch_first=False attention loses two Transposes per layer); (A B)^T of two transposed operands becomes
+B^T A^T (one Transpose fewer; TF's lowering of Keras attention); TF's Tensordot (Reshape to a matrix,
+MatMul, Reshape back) becomes one batched MatMul. The cancellations of transpose_reshape_cancellation run
+in the same fixed point.
+
+Assumes: inference mode (a training-mode Dropout draws its mask in the memory order of its input, which
+these moves change); shapes inferred by the IR are right; Reshapes moved are fully static.
+Guarantees: the data and shape of every graph output are unchanged; a kept axis is copied (0) in the new
+Reshape shapes so the batch size stays free; a Transpose moves only where it then composes.
 """.strip()))

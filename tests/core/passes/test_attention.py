@@ -137,6 +137,6 @@ def test_keras_einsum_attention_is_recognized_after_transpose_cancellation():
   %y: float32[B,2,5,8] = MatMul<y>(%p, %v)
   return %y
 }""")
-    check_pass(g, ["transpose_reshape_cancellation"] + P, rtol=1e-5, atol=1e-6)
+    check_pass(g, ["transpose_propagation"] + P, rtol=1e-5, atol=1e-6)
     assert sorted(ops(g)) == ["Transpose", "Transpose", "aiacc::Attention"]
     assert g.nodes[-1].attrs["scale"] == pytest.approx(0.35355339, rel=1e-5)

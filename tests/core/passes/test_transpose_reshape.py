@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from aiacc.core import parse
 from aiacc.core.passes import run_passes
@@ -6,6 +7,7 @@ from aiacc.core.passes.transpose_reshape import RULES
 from tests.core.passes.helpers import check_pass, ops
 
 P = ["transpose_reshape_cancellation"]
+PROP = ["transpose_propagation"]
 
 
 def test_transpose_pair_cancels():
@@ -98,7 +100,7 @@ def test_tensordot_becomes_one_batched_matmul():
 
     g = tensordot()
     assert tensordot_matmul.explain(g, "unflat") is None
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert ops(g) == ["MatMul"] and g.outputs[0].name == "y"
 
 
@@ -107,7 +109,7 @@ def test_tensordot_that_reorders_rows_stays():
 
     g = tensordot(target="[5,-1,8]")
     assert "does not restore the leading axes" in tensordot_matmul.explain(g, "unflat")
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert ops(g) == ["Reshape", "MatMul", "Reshape"]
 
 
@@ -122,7 +124,7 @@ def test_transposed_product_of_transposes_loses_a_transpose():
       return %y
     }""")
     assert transposed_product.explain(g, "t") is None
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert sorted(ops(g)) == ["MatMul", "Transpose", "Transpose"]
 
 
@@ -137,7 +139,7 @@ def test_transpose_of_product_moving_batch_axes_stays():
       return %y
     }""")
     assert "does not just swap the last two axes" in transposed_product.explain(g, "t")
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert ops(g).count("Transpose") == 3
 
 
@@ -175,7 +177,7 @@ def test_batch_first_false_attention_projections_lose_their_transposes():
       %y: float32[2,5,8] = Transpose<y>(%o) {perm=[1,0,2]}
       return %qkv, %y
     }""", MHA_W)
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert ops(g).count("Transpose") == 2 and ops(g).count("Reshape") == 2
     # the kept reshapes copy the batch axis (0) instead of fixing its size
     shapes = [list(n.inputs[1].const) for n in g if n.op == "Reshape"]
@@ -193,7 +195,7 @@ def test_transposes_that_would_not_compose_stay_before_the_product():
       return %y
     }""", {"w": MHA_W["w"]})
     assert "no Transpose follows" in transpose_through_product.explain(g, "mm")
-    check_pass(g, P)
+    check_pass(g, PROP)
     assert ops(g) == ["Transpose", "MatMul", "Relu"]
     g = parse("""graph g(%x: float32[8,5,2]) {
       %w: float32[8,24] = const
@@ -203,3 +205,14 @@ def test_transposes_that_would_not_compose_stay_before_the_product():
       return %y
     }""", {"w": MHA_W["w"]})
     assert "moves the last axis" in transpose_through_product.explain(g, "mm")
+
+
+def test_propagation_is_inference_only():
+    """A training-mode Dropout draws its mask in its input's memory order: layouts must not move."""
+    from aiacc.errors import AiaccError
+
+    g = tensordot()
+    with pytest.raises(AiaccError, match="does not apply in training mode"):
+        run_passes(g, passes=PROP, mode="training")
+    run_passes(g, level=2, mode="training")
+    assert ops(g) == ["Reshape", "MatMul", "Reshape"]
