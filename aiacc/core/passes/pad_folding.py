@@ -184,9 +184,10 @@ def _rewrite_transpose_pad(m, b):
 transpose_of_pad = Rule(
     "transpose_of_pad", Op("Transpose", Op("Pad", Var("x"), Const("pads"), Opt("value"), Opt("axes"), name="pad"),
                            name="t"),
-    _rewrite_transpose_pad, _check_transpose_pad,
+    _rewrite_transpose_pad, _check_transpose_pad, modes=("inference",),
     doc="Transpose(Pad(x, pads)) is Pad(Transpose(x), pads permuted): the Pad then meets its Conv or Pool "
-        "(TF pads NHWC before the transpose to NCHW).")
+        "(TF pads NHWC before the transpose to NCHW). Inference only: it changes the memory layout a "
+        "training-mode Dropout reading the result would draw its mask in.")
 
 RULES = RuleSet([
     transpose_of_pad,
@@ -203,8 +204,8 @@ register_pass(RewritePass("pad_folding", RULES, level=2, doc="""
 Fold a constant-mode Pad of the spatial axes into the pads of the Conv, MaxPool or AveragePool reading it:
 zero padding into Conv, -inf padding into MaxPool (and zero padding of a non-negative value, e.g. a Relu
 output, when every window still overlaps the input), zero padding into AveragePool (count_include_pad=1).
-A Transpose of a Pad (TF pads in NHWC, then transposes to NCHW) is first swapped into a Pad of the
-Transpose, with the pads permuted, so the Pad meets the op reading it.
+In inference mode a Transpose of a Pad (TF pads in NHWC, then transposes to NCHW) is first swapped into a
+Pad of the Transpose, with the pads permuted, so the Pad meets the op reading it.
 
 Assumes: the Pad pads only spatial axes, by non-negative constant amounts with a constant value.
 Guarantees: identical outputs; a Pad read by other nodes stays for them; MaxPool with zero padding of a

@@ -15,11 +15,12 @@ A pattern is a small DAG of op patterns whose leaves capture values:
   `shared=True`, the outputs of every matched node other than the root must be read only by other
   matched nodes (the usual fusion constraint), so the rewrite can drop them.
 
-A `Rule(name, pattern, rewrite, check=None)`: `check(m)` returns None/True to go ahead or a string saying
+A `Rule(name, pattern, rewrite, check=None, modes=...)`: `check(m)` returns None/True to go ahead or a string saying
 why not; `rewrite(m, b)` builds replacement nodes with the builder `b` (inserted before the root) and
 returns the value(s) that replace the root's outputs. The engine then erases the matched nodes left
 unused and gives each replacement value the name of the value it replaced (graph outputs keep their
 names). `rule.explain(graph, node)` returns why the rule does not fire at a node, for tests and debugging.
+`modes` (default both) names the modes the rule runs in when its rule set runs as a pass.
 
 A `RuleSet` is a list of rules (`a + b` composes two) that runs as an ordinary pass, to a fixed point,
 visiting nodes from the outputs back (so the longest match wins over a match inside it).
@@ -335,8 +336,9 @@ class Rule:
     """pattern + check + rewrite. `patterns` may be one pattern or a list of alternatives (first match wins)."""
 
     def __init__(self, name: str, pattern: Op | Sequence[Op], rewrite: Rewrite, check: Check | None = None,
-                 doc: str = ""):
+                 doc: str = "", modes: Sequence[str] = MODES):
         self.name = name
+        self.modes = tuple(modes)  # a rule set run in another mode skips this rule
         self.patterns: list[Op] = [pattern] if isinstance(pattern, Op) else list(pattern)
         self.rewrite_fn = rewrite
         self.check_fn = check
@@ -512,6 +514,8 @@ class RuleSet:
         """Apply rules until none fires; returns the number of rewrites."""
         by_op: dict[str, list[Rule]] = {}
         for r in self.rules:
+            if ctx is not None and ctx.mode not in r.modes:
+                continue
             for o in r.root_ops:
                 by_op.setdefault(o, []).append(r)
         total = 0

@@ -119,3 +119,20 @@ def test_pads_from_a_constant_node_and_explicit_zero_value_fold():
     g.add_output(g.op("Conv", xp, g.add_initializer("w", W["w"]), name="conv"))
     check_pass(g, P + ["dce"])
     assert ops(g) == ["Conv"] and g.nodes[0].attrs["pads"] == [1, 1, 1, 1]
+
+
+def test_transpose_of_pad_moves_only_in_inference_mode():
+    text = """graph g(%x: float32[2,6,6,3]) {
+      %w: float32[2,3,3,3] = const
+      %p: int64[8] = const [0, 1, 1, 0, 0, 1, 1, 0]
+      %xp: float32[2,8,8,3] = Pad<pad>(%x, %p)
+      %t: float32[2,3,8,8] = Transpose<t>(%xp) {perm=[0, 3, 1, 2]}
+      %y: float32[2,2,6,6] = Conv<conv>(%t, %w)
+      return %y
+    }"""
+    g = parse(text, W)
+    check_pass(g, P, mode="training")
+    assert ops(g) == ["Pad", "Transpose", "Conv"]
+    g = parse(text, W)
+    check_pass(g, P)
+    assert ops(g) == ["Transpose", "Conv"]

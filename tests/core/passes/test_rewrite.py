@@ -118,3 +118,19 @@ def test_a_commuted_match_is_tried_when_the_first_order_fails_the_checks():
     RuleSet([conv_residual]).run(g)
     fused = [n for n in g if n.op == "FusedConv"]
     assert len(fused) == 1 and fused[0].inputs[3].name == "a"
+
+
+def test_a_rule_limited_to_inference_is_skipped_in_training_mode():
+    rule = Rule("neg_neg", Op("Neg", Op("Neg", Var("x"), name="inner"), name="outer"), lambda m, b: m["x"],
+                modes=("inference",))
+    text = """graph g(%x: float32[3]) {
+      %a: float32[3] = Neg<inner>(%x)
+      %b: float32[3] = Neg<outer>(%a)
+      %y: float32[3] = Relu<r>(%b)
+      return %y
+    }"""
+    from aiacc.core.passes.manager import PassContext
+
+    g = parse(text)
+    assert RuleSet([rule]).run(g, PassContext("training")) == 0 and ops(g) == ["Neg", "Neg", "Relu"]
+    assert RuleSet([rule]).run(g, PassContext("inference")) == 1 and ops(g) == ["Relu"]
