@@ -51,7 +51,8 @@ def to_numpy_list(out: Any) -> list[np.ndarray]:
 
 def runner(framework: str, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
     """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
-    outputs as numpy arrays. Inputs are converted to the framework's tensors once, outside the call."""
+    outputs as numpy arrays. Inputs are converted to the framework's tensors once, outside the call.
+    A CaffeModel runs in OpenCV dnn where OpenCV is installed (else on aiacc's reference executor)."""
     if framework == "torch":
         import torch
 
@@ -73,7 +74,11 @@ def runner(framework: str, model: Any, inputs: Any) -> Callable[[], list[np.ndar
         xs = [mx.nd.array(a, dtype=a.dtype) for a in inputs]
         return lambda: to_numpy_list(model(*xs))
     if framework == "caffe":
-        feeds = dict(inputs)
+        from aiacc.plugins.caffe import CaffeModel
+
+        if isinstance(model, CaffeModel) and opencv_available():
+            return opencv_runner(model, inputs)
+        feeds = dict(inputs)  # no OpenCV, or an OrtCaffeModel: the model's own forward
         return lambda: list(model.forward(**feeds).values())
     if framework == "onnx":
         import onnxruntime as ort
@@ -81,6 +86,34 @@ def runner(framework: str, model: Any, inputs: Any) -> Callable[[], list[np.ndar
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return lambda: session.run(None, dict(inputs))
     raise UnsupportedError(f"no runner for framework {framework!r}")
+
+
+def opencv_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cv2") is not None
+
+
+def opencv_runner(caffe_model: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list[np.ndarray]]:
+    """A callable running a CaffeModel's .prototxt/.caffemodel in OpenCV dnn, the Caffe runtime at hand
+    (there is no Caffe package). Winograd is off: it changes the numbers beyond 1e-4."""
+    import tempfile
+
+    import cv2
+
+    with tempfile.TemporaryDirectory(prefix="aiacc-caffe-") as tmp:
+        prototxt, caffemodel = os.path.join(tmp, "net.prototxt"), os.path.join(tmp, "net.caffemodel")
+        caffe_model.save(prototxt, caffemodel)
+        net = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
+    net.enableWinograd(False)
+    feeds = dict(inputs)
+    outs = list(caffe_model.outputs)
+
+    def run():
+        for name, x in feeds.items():
+            net.setInput(x, name)
+        return [np.array(o) for o in net.forward(outs)]
+    return run
 
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], iters: int, warmup: int = 1) -> dict[str, list[float]]:

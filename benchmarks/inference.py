@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import aiacc  # noqa: E402
 from aiacc import zoo  # noqa: E402
-from aiacc.demo import max_rel_error, median_ms, runner, time_interleaved  # noqa: E402
+from aiacc.demo import max_rel_error, median_ms, opencv_runner, runner, time_interleaved  # noqa: E402
 
 FRAMEWORKS = ("torch", "tf", "mxnet", "caffe")
 PEERS = {"torch": ("jit", "compile"), "tf": ("tf.function", "xla"), "mxnet": ("hybridize", "mkldnn"),
@@ -138,23 +137,6 @@ def mxnet_peers(build, inputs, which) -> dict[str, Callable]:
     return out
 
 
-def opencv_runner(caffe_model, inputs, tmp: str, name: str) -> Callable[[], list[np.ndarray]]:
-    """A callable running a CaffeModel's files in OpenCV dnn (Winograd off: it changes the numbers)."""
-    import cv2
-
-    prototxt, caffemodel = os.path.join(tmp, f"{name}.prototxt"), os.path.join(tmp, f"{name}.caffemodel")
-    caffe_model.save(prototxt, caffemodel)
-    net = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
-    net.enableWinograd(False)
-    (in_name, x), = inputs.items()
-    outs = list(caffe_model.outputs)
-
-    def run():
-        net.setInput(x, in_name)
-        return [np.array(o) for o in net.forward(outs)]
-    return run
-
-
 # ------------------------------------------------------------------------------------------------ one row
 def bench_row(framework: str, model_name: str, batch: int, args, log) -> Row:
     row = Row(framework, model_name, batch)
@@ -164,9 +146,10 @@ def bench_row(framework: str, model_name: str, batch: int, args, log) -> Row:
         return zoo.build(framework, model_name, batch=batch, **kw)
 
     model, inputs = build()
-    fns: dict[str, Callable] = {"original": runner(framework, model, inputs)}
+    # Caffe's original: aiacc's reference executor (no Caffe runtime); OpenCV dnn is its peer
+    fns: dict[str, Callable] = {"original": (lambda: list(model.forward(**inputs).values())) if framework == "caffe"
+                                else runner(framework, model, inputs)}
     expected = fns["original"]()
-    tmp = tempfile.mkdtemp(prefix="aiacc-bench-")
     makers: dict[str, Callable[[], Callable]] = {}
     peers = [p for p in PEERS[framework] if p in args.peers_for(framework)]
     if framework == "torch":
@@ -179,14 +162,12 @@ def bench_row(framework: str, model_name: str, batch: int, args, log) -> Row:
         makers.update({k: (lambda mk=mk: runner("mxnet", mk(), inputs)) for k, mk in
                        mxnet_peers(build, inputs, peers).items()})
     elif framework == "caffe" and "opencv" in peers:
-        makers["opencv"] = lambda: opencv_runner(model, inputs, tmp, "original")
+        makers["opencv"] = lambda: opencv_runner(model, inputs)
 
     def aiacc_maker(backend):
         def make():
             fast = aiacc.optimize(model, inputs, backend=backend, level=args.level, verify=False)
-            if framework == "caffe" and backend == "native":
-                return opencv_runner(fast, inputs, tmp, "aiacc")
-            return runner(framework, fast, inputs)
+            return runner(framework, fast, inputs)  # a native CaffeModel runs in OpenCV dnn
         return make
 
     for backend in args.backends:
