@@ -185,12 +185,11 @@ def axis_groups(a: tuple, b: tuple) -> list[tuple[list[int], list[int]]] | None:
                 pb *= b[j]
                 j += 1
         groups.append((ga, gb))
-    # trailing size-1 axes join the last group
-    if groups:
-        groups[-1][0].extend(range(i, len(a)))
-        groups[-1][1].extend(range(j, len(b)))
-    if i < len(a) and any(a[k] != 1 for k in range(i, len(a))) or j < len(b) and any(b[k] != 1 for k in range(j, len(b))):
+    rest_a, rest_b = list(range(i, len(a))), list(range(j, len(b)))
+    if any(a[k] != 1 for k in rest_a) or any(b[k] != 1 for k in rest_b) or not groups:
         return None
+    groups[-1][0].extend(rest_a)  # trailing size-1 axes join the last group
+    groups[-1][1].extend(rest_b)
     return groups
 
 
