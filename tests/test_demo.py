@@ -34,7 +34,9 @@ def test_to_numpy_list_flattens_nested_outputs():
 
 
 def test_demo_one_caffe_both_backends():
-    res = demo_one("caffe", "mobilenet_v2", size=32, iters=2, warmup=0)
+    # 64: at 32 the last stages are 1x1, where OpenCV dnn departs (by 0.4 relative)
+    # from aiacc's executor and onnxruntime, which agree
+    res = demo_one("caffe", "mobilenet_v2", size=64, iters=2, warmup=0)
     assert not res.failed, res.failed
     assert set(res.ms) == {"native", "onnxruntime"} and res.original_ms > 0
     assert all(e <= 1e-4 for e in res.error.values()) and res.passed
