@@ -116,6 +116,35 @@ def opencv_runner(caffe_model: Any, inputs: dict[str, np.ndarray]) -> Callable[[
     return run
 
 
+def set_threads(n: int) -> None:
+    """One intra-op thread count for every runtime (torch, TF, MXNet's OpenMP, onnxruntime, OpenCV); call
+    before any framework is imported. On a shared machine, 1 stops spinning thread pools from measuring
+    contention instead of the models."""
+    if any(m in sys.modules for m in ("torch", "tensorflow", "mxnet")):
+        raise UnsupportedError("set_threads must run before the frameworks are imported")
+    os.environ["OMP_NUM_THREADS"] = str(n)  # MXNet (OpenMP) and torch's OpenMP pool
+    os.environ["MKL_NUM_THREADS"] = str(n)
+    import aiacc.backends.onnxruntime as ortb
+
+    ortb.DEFAULT_THREADS = n
+    try:
+        import cv2
+
+        cv2.setNumThreads(n)
+    except ImportError:
+        pass
+    if zoo.installed("torch"):
+        import torch
+
+        torch.set_num_threads(n)
+        torch.set_num_interop_threads(1)
+    if zoo.installed("tf"):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
 def time_interleaved(fns: dict[str, Callable[[], Any]], iters: int, warmup: int = 1) -> dict[str, list[float]]:
     """Seconds per call of every function, measured round-robin (one call of each per round) so that
     drift of the machine affects all of them alike. `warmup` untimed rounds come first."""
@@ -347,6 +376,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seq", type=int, default=128, help="BERT sequence length (default: %(default)s)")
     parser.add_argument("--iters", type=int, default=5, help="timed runs of each model (default: %(default)s)")
     parser.add_argument("--level", type=int, default=2, help="optimization level (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads of every runtime (default: the framework defaults); 1 gives "
+                             "steadier figures on a busy machine")
 
 
 def main(args) -> int:
@@ -355,6 +387,8 @@ def main(args) -> int:
     def split(s: str) -> list[str]:
         return [p.strip() for p in s.split(",") if p.strip()]
 
+    if args.threads:
+        set_threads(args.threads)
     results = run_demo(split(args.frameworks), split(args.models), batch=args.batch, size=args.size,
                        seq=args.seq, iters=args.iters, backends=split(args.backends), level=args.level)
     if not results:

@@ -40,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import aiacc  # noqa: E402
 from aiacc import zoo  # noqa: E402
-from aiacc.demo import max_rel_error, median_ms, opencv_runner, runner, time_interleaved  # noqa: E402
+from aiacc.demo import max_rel_error, median_ms, opencv_runner, runner, set_threads, time_interleaved  # noqa: E402
 
 FRAMEWORKS = ("torch", "tf", "mxnet", "caffe")
 PEERS = {"torch": ("jit", "compile"), "tf": ("tf.function", "xla"), "mxnet": ("hybridize", "mkldnn"),
@@ -60,33 +60,6 @@ class Row:
     def best_peer(self) -> tuple[str, float] | None:
         peers = [(k, v) for k, v in self.ms.items() if k in PEERS[self.framework]]
         return min(peers, key=lambda kv: kv[1]) if peers else None
-
-
-def set_threads(n: int) -> None:
-    """One intra-op thread count for every runtime; call before any framework is imported."""
-    if any(m in sys.modules for m in ("torch", "tensorflow", "mxnet")):
-        raise RuntimeError("set_threads must run before the frameworks are imported")
-    os.environ["OMP_NUM_THREADS"] = str(n)  # MXNet (OpenMP) and torch's OpenMP pool
-    os.environ["MKL_NUM_THREADS"] = str(n)
-    import aiacc.backends.onnxruntime as ortb
-
-    ortb.DEFAULT_THREADS = n
-    try:
-        import cv2
-
-        cv2.setNumThreads(n)
-    except ImportError:
-        pass
-    if zoo.installed("torch"):
-        import torch
-
-        torch.set_num_threads(n)
-        torch.set_num_interop_threads(1)
-    if zoo.installed("tf"):
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(n)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
 # ------------------------------------------------------------------------------------------------ peers
