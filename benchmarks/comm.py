@@ -4,9 +4,10 @@
    (8 per node) on 25 and 100 Gb/s networks. Iteration time of every strategy and the lower bound
    (perfect overlap); targets: aiacc within 5% of the bound and no slower than the best other strategy.
 2. Real: 2 processes on this machine over gloo/loopback, one step of aiacc's DistributedOptimizer
-   against one step of torch DistributedDataParallel, interleaved in the same processes.
+   against one step of torch DistributedDataParallel (default, and with gradient_as_bucket_view),
+   interleaved in the same processes.
 
-    python benchmarks/comm.py [--no-real] [--trace out.json]
+    python benchmarks/comm.py [--no-real | --real-only] [--trace out.json]
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def simulated(console: Console, trace: str | None) -> bool:
 
 # -- real 2-process run -----------------------------------------------------------------------------
 
-STEPS = 12
+STEPS = 40
+WARMUP = 4
 
 
 def _model(torch):
@@ -78,35 +80,46 @@ def worker(out: str) -> None:
 
     torch.set_num_threads(1)
     hvd.init()
-    a, b = _model(torch), _model(torch)
-    ddp = DDP(b)
-    opt_a = hvd.DistributedOptimizer(torch.optim.SGD(a.parameters(), lr=0.01), named_parameters=a.named_parameters(),
-                                     plan=os.environ.get("AIACC_BENCH_PLAN", "aiacc"))
-    hvd.broadcast_parameters(a.state_dict(), 0)
-    opt_b = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    contestants = {}
+    for name, plan in (("aiacc", os.environ.get("AIACC_BENCH_PLAN", "aiacc")), ("aiacc engine, ddp buckets", "ddp")):
+        m = _model(torch)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01), named_parameters=m.named_parameters(),
+                                       plan=plan)
+        hvd.broadcast_parameters(m.state_dict(), 0)
+        contestants[name] = (m, opt)
+    a, opt_a = contestants["aiacc"]
+    for name, view in (("ddp", False), ("ddp-view", True)):
+        m = DDP(_model(torch), gradient_as_bucket_view=view)
+        contestants[name] = (m, torch.optim.SGD(m.parameters(), lr=0.01))
     x, y = torch.randn(64, 512), torch.randint(0, 10, (64,))
-    times = {"aiacc": [], "ddp": []}
+    times = {name: [] for name in contestants}
 
     def step(model, opt):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    for i in range(STEPS + 2):  # interleaved; the first 2 rounds warm up
-        for name, model, opt in (("aiacc", a, opt_a), ("ddp", ddp, opt_b))[:: 1 if i % 2 else -1]:
+    names = list(contestants)
+    for i in range(STEPS + WARMUP):  # interleaved, rotating who goes first; the first rounds warm up
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            model, opt = contestants[name]
             dist.barrier()
             t0 = time.perf_counter()
             step(model, opt)
             dt = time.perf_counter() - t0
-            if i >= 2:
+            if i >= WARMUP:
                 times[name].append(dt)
-    same = all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    ref = list(contestants["ddp"][0].parameters())
+    same = all(torch.equal(p, q) for p, q in zip(a.parameters(), ref))
+    flats = {f.untyped_storage().data_ptr() for f in opt_a._aiacc_scheduler.executor.flats if f is not None}
+    views = sum(p.grad.untyped_storage().data_ptr() in flats for p in a.parameters())
     if dist.get_rank() == 0:
         import json
 
-        Path(out).write_text(json.dumps({"times": times, "same_params": same,
+        Path(out).write_text(json.dumps({"times": times, "same_params": same, "views": views,
                                          "buckets": len(opt_a.plan.buckets),
-                                         "params": sum(p.numel() for p in a.parameters())}))
+                                         "params": sum(p.numel() for p in a.parameters()),
+                                         "tensors": len(list(a.parameters()))}))
     hvd.shutdown()
 
 
@@ -119,24 +132,33 @@ def real(console: Console) -> None:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        res = launch_local([__file__, "--worker", out], 2, timeout=300, env=env)
+        res = launch_local([__file__, "--worker", out], 2, timeout=600, env=env)
         for p in res:
             if p.returncode != 0:
                 console.print(f"[red]real run failed[/red]: {p.stderr[-2000:]}")
                 return
         r = json.loads(Path(out).read_text())
-    t = Table(title=f"Real 2-process gloo run on this machine: {r['params'] / 1e6:.1f} M-parameter MLP, "
-                    f"batch 64 per rank, {STEPS} interleaved steps (median)")
-    for col in ("aiacc step (ms)", "torch DDP step (ms)", "DDP / aiacc", "aiacc buckets", "same parameters"):
+    t = Table(title=f"Real 2-process gloo run on this machine: {r['params'] / 1e6:.1f} M-parameter MLP, batch 64 per "
+                    f"rank, {STEPS} interleaved rounds; aiacc plan: {r['buckets']} buckets, "
+                    f"{r['views']}/{r['tensors']} gradients are bucket views; same parameters as DDP: {r['same_params']}")
+    for col in ("", "step median (ms)", "step p25-p75 (ms)", "aiacc speed-up (ratio of medians)",
+                "aiacc speed-up (median of per-round ratios)"):
         t.add_column(col, justify="right")
-    ma, md = statistics.median(r["times"]["aiacc"]), statistics.median(r["times"]["ddp"])
-    t.add_row(f"{ma * 1e3:.1f}", f"{md * 1e3:.1f}", f"{md / ma:.2f}x", str(r["buckets"]), str(r["same_params"]))
+    tm = r["times"]
+    q = lambda v: statistics.quantiles(v, n=4)
+    for name in tm:
+        ratios = [o / a for o, a in zip(tm[name], tm["aiacc"])]
+        t.add_row(name, f"{statistics.median(tm[name]) * 1e3:.1f}",
+                  f"{q(tm[name])[0] * 1e3:.1f}-{q(tm[name])[2] * 1e3:.1f}",
+                  f"{statistics.median(tm[name]) / statistics.median(tm['aiacc']):.2f}x" if name != "aiacc" else "",
+                  f"{statistics.median(ratios):.2f}x" if name != "aiacc" else "")
     console.print(t)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-real", action="store_true", help="skip the 2-process gloo run")
+    ap.add_argument("--real-only", action="store_true", help="only the 2-process gloo run")
     ap.add_argument("--trace", help="write the Chrome trace of aiacc's plan (ResNet-50, 128 workers, 25 Gb/s)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -144,6 +166,9 @@ def main() -> None:
         worker(args.worker)
         return
     console = Console(width=200)
+    if args.real_only:
+        real(console)
+        return
     ok = simulated(console, args.trace)
     console.print("all simulated targets met" if ok else "[yellow]some simulated targets missed (see 'targets')[/yellow]")
     if not args.no_real:

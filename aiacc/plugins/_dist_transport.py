@@ -62,8 +62,14 @@ def init(backend: str | None = None) -> None:
 
 
 def shutdown() -> None:
+    """Leave the process group. All ranks first meet at a barrier, so that no rank tears down its
+    connections while a peer still talks to it (gloo aborts the process on such a teardown)."""
     if dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            if dist.get_world_size() > 1:
+                collective("barrier before shutdown", dist.barrier)
+        finally:
+            dist.destroy_process_group()
 
 
 def _require() -> None:
@@ -89,13 +95,15 @@ def local_size() -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
 
 
-def collective(what: str, fn: Callable[[], Any]) -> Any:
-    """Run a collective, turning a transport failure into RankFailureError that says what was running."""
+def collective(what: str | Callable[[], str], fn: Callable[[], Any]) -> Any:
+    """Run a collective, turning a transport failure into RankFailureError that says what was running
+    (`what`, or a function that describes it, called only on failure)."""
     try:
         return fn()
     except CommError:
         raise
     except Exception as e:
+        what = what() if callable(what) else what
         raise RankFailureError(
             f"rank {dist.get_rank()}: {what} failed; a peer rank exited, crashed or did not answer within "
             f"{timeout_s():g} s (AIACC_COMM_TIMEOUT). Transport said: {type(e).__name__}: {str(e)[:300]}") from e
@@ -190,24 +198,60 @@ def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan 
 
 # -- plan execution --------------------------------------------------------------------------------
 
+class _Slot:
+    """Where one piece of a gradient lives in its bucket's flat buffer."""
+
+    __slots__ = ("grad", "start", "stop", "offset", "whole")
+
+    def __init__(self, grad: str, start: int, stop: int, offset: int, whole: bool):
+        self.grad, self.start, self.stop, self.offset, self.whole = grad, start, stop, offset, whole
+
+
 class PlanExecutor:
-    """Runs one plan's all-reduces on torch tensors; one instance per set of parameters, reused each step."""
+    """Runs one plan's all-reduces on torch tensors; one instance per set of parameters, reused each step.
+
+    Each bucket owns a flat buffer, kept across steps. A gradient that a bucket holds whole gets a
+    *home*: a view of its slice of that buffer (like DDP's gradient_as_bucket_view). `ready()` returns
+    the home; a caller that keeps its gradient there (the torch scheduler sets `param.grad` to it)
+    pays no copy on later steps (autograd accumulates into it) and none after the all-reduce. A
+    gradient cut into pieces over several buckets is copied in when ready and copied back by `wait()`.
+    Averaging multiplies by 1/world while copying in, so the sum that comes back is the mean.
+    """
 
     def __init__(self, plan: Plan, order: Sequence[int], numel: dict[str, int], *, average: bool = True,
-                 compression: str | None = None):
+                 compression: str | None = None, dtypes: dict[str, torch.dtype] | None = None):
         self.plan = plan
         self.order = list(order)
         self.numel = numel
         self.average = average
         self.compression = compression or plan.compression
         self.wire_dtype = torch.float16 if self.compression == "fp16" else None
-        # for each gradient, the buckets (positions in issue order) that hold a piece of it
-        self.buckets = [plan.buckets[k] for k in self.order]
-        self.holders: dict[str, list[int]] = {}
-        for pos, b in enumerate(self.buckets):
-            for p in b.pieces:
-                self.holders.setdefault(p.grad, []).append(pos)
+        self.buckets = [plan.buckets[k] for k in self.order]  # in issue order
+        self.slots: list[list[_Slot]] = []
+        self.holders: dict[str, list[tuple[int, _Slot]]] = {}
+        dtypes = dtypes or {}
+        self.dtypes: list[torch.dtype] = []  # a bucket's buffer holds the promoted type of its gradients
+        for pos, bucket in enumerate(self.buckets):
+            kinds = {dtypes.get(p.grad, torch.float32) for p in bucket.pieces}
+            dtype = kinds.pop()
+            for other in kinds:
+                dtype = torch.promote_types(dtype, other)
+            self.dtypes.append(dtype)
+            off, slots = 0, []
+            for piece in bucket.pieces:
+                slot = _Slot(piece.grad, piece.start, piece.stop, off,
+                             piece.start == 0 and piece.stop == numel[piece.grad]
+                             and dtypes.get(piece.grad, torch.float32) == dtype)
+                slots.append(slot)
+                self.holders.setdefault(piece.grad, []).append((pos, slot))
+                off += piece.numel
+            self.slots.append(slots)
+        self.sizes = [b.numel for b in self.buckets]
         self.missing = [len({p.grad for p in b.pieces}) for b in self.buckets]
+        self.flats: list[torch.Tensor | None] = [None] * len(self.buckets)
+        self.homes: dict[str, torch.Tensor] = {}
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.scale = 1.0 / self.world if average else 1
         self.reset()
 
     def reset(self) -> None:
@@ -216,33 +260,60 @@ class PlanExecutor:
         self.next = 0  # next bucket (issue order) to start
         self.works: list[tuple[int, torch.Tensor, Any]] = []
 
-    def ready(self, name: str, tensor: torch.Tensor) -> None:
-        """Gradient `name` is final for this step; start every bucket that can start now."""
+    def _flat(self, pos: int, like: torch.Tensor) -> torch.Tensor:
+        flat = self.flats[pos]
+        if flat is None or flat.device != like.device:
+            flat = self.flats[pos] = torch.empty(self.sizes[pos], dtype=self.dtypes[pos], device=like.device)
+            for slot in self.slots[pos]:
+                self.homes.pop(slot.grad, None)
+        return flat
+
+    def ready(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Gradient `name` is final for this step: put it in its bucket(s), start every bucket that can
+        start now, and return where the gradient lives until `wait()` (its home view when it has one)."""
         if name in self.tensors:
-            return
-        self.tensors[name] = tensor
-        for pos in dict.fromkeys(self.holders.get(name, ())):
-            self.left[pos] -= 1
+            return self.tensors[name]
+        home = tensor
+        with torch.no_grad():
+            for pos, slot in self.holders.get(name, ()):
+                flat = self._flat(pos, tensor)
+                # averaging divides while copying in (one pass over the gradient, no division afterwards)
+                scale = self.scale if flat.is_floating_point() else 1
+                if slot.whole:
+                    home = self.homes.get(name)
+                    if home is None or home.shape != tensor.shape:
+                        if tensor.numel() != slot.stop:
+                            raise CommError(f"gradient {name} has {tensor.numel()} elements, the plan expected "
+                                            f"{slot.stop}")
+                        home = self.homes[name] = flat[slot.offset:slot.offset + slot.stop].view(tensor.shape)
+                    if tensor.data_ptr() != home.data_ptr():
+                        if scale == 1:
+                            home.copy_(tensor)
+                        else:
+                            torch.mul(tensor, scale, out=home)
+                    elif scale != 1:  # autograd accumulated into the bucket already
+                        home.mul_(scale)
+                else:
+                    dst = flat[slot.offset:slot.offset + slot.stop - slot.start]
+                    src = tensor.reshape(-1)[slot.start:slot.stop]
+                    if scale == 1:
+                        dst.copy_(src)
+                    else:
+                        torch.mul(src, scale, out=dst)
+                self.left[pos] -= 1
+        self.tensors[name] = home
         self._launch()
+        return home
 
     def _launch(self) -> None:
-        world = dist.get_world_size()
         while self.next < len(self.buckets) and self.left[self.next] == 0:
             pos = self.next
-            b = self.buckets[pos]
-            first = self.tensors[b.pieces[0].grad]
-            if (len(b.pieces) == 1 and self.wire_dtype is None and first.is_contiguous()
-                    and b.pieces[0].numel == first.numel()):
-                flat = first.view(-1)  # a whole tensor: reduce it in place, nothing to copy
-            else:
-                flat = torch.cat([self.tensors[p.grad].reshape(-1)[p.start:p.stop] for p in b.pieces])
-            if self.wire_dtype is not None and flat.is_floating_point():
-                flat = flat.to(self.wire_dtype)
-                if self.average:
-                    flat.div_(world)  # pre-scale so fp16 sums do not overflow
-            work = collective(f"start of all-reduce of bucket {pos} ({self._names(b)})",
-                              lambda: dist.all_reduce(flat, async_op=True))
-            self.works.append((pos, flat, work))
+            flat = self.flats[pos]
+            # fp16 on the wire: already divided by the world size, so the sum does not overflow
+            wire = flat.to(self.wire_dtype) if self.wire_dtype is not None and flat.is_floating_point() else flat
+            work = collective(lambda: f"start of all-reduce of bucket {pos} ({self._names(self.buckets[pos])})",
+                              lambda: dist.all_reduce(wire, async_op=True))
+            self.works.append((pos, wire, work))
             self.next += 1
 
     @staticmethod
@@ -252,32 +323,30 @@ class PlanExecutor:
 
     def wait(self, fill_missing: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """Finish the step: gradients never marked ready get `fill_missing(name)` (zeros by default), then
-        wait for every all-reduce and write the averaged result back. Returns {name: tensor}."""
-        for name, n in self.numel.items():
-            if name not in self.tensors:
-                t = fill_missing(name) if fill_missing else torch.zeros(n)
-                self.ready(name, t)
-        world = dist.get_world_size()
-        for pos, flat, work in self.works:
-            b = self.buckets[pos]
-            collective(f"all-reduce of bucket {pos} ({self._names(b)})", work.wait)
-            if self.average and self.wire_dtype is None:
-                flat.div_(world)
-            if flat.data_ptr() == self.tensors[b.pieces[0].grad].data_ptr() and len(b.pieces) == 1 \
-                    and flat.numel() == self.tensors[b.pieces[0].grad].numel():
-                continue  # reduced in place
-            off = 0
-            for p in b.pieces:
-                dst = self.tensors[p.grad]
-                view = dst.view(-1) if dst.is_contiguous() else None
-                src = flat[off:off + p.numel]
-                if view is not None:
-                    view[p.start:p.stop].copy_(src)
-                else:
-                    tmp = dst.reshape(-1).clone()
-                    tmp[p.start:p.stop].copy_(src)
-                    dst.copy_(tmp.view_as(dst))
-                off += p.numel
+        wait for every all-reduce; averaged results are in the homes, and copied back into the
+        gradients that were cut into pieces. Returns {name: tensor holding the result}."""
+        if len(self.tensors) < len(self.numel):
+            for name, n in self.numel.items():
+                if name not in self.tensors:
+                    self.ready(name, fill_missing(name) if fill_missing else torch.zeros(n))
+        with torch.no_grad():
+            for pos, wire, work in self.works:
+                collective(lambda: f"all-reduce of bucket {pos} ({self._names(self.buckets[pos])})", work.wait)
+                flat = self.flats[pos]
+                if wire is not flat:
+                    flat.copy_(wire)
+                elif self.average and not flat.is_floating_point():
+                    flat.floor_divide_(self.world)
+                for slot in self.slots[pos]:
+                    if not slot.whole:
+                        dst = self.tensors[slot.grad]
+                        src = flat[slot.offset:slot.offset + slot.stop - slot.start]
+                        if dst.is_contiguous():
+                            dst.view(-1)[slot.start:slot.stop].copy_(src)
+                        else:
+                            tmp = dst.reshape(-1).clone()
+                            tmp[slot.start:slot.stop].copy_(src)
+                            dst.copy_(tmp.view_as(dst))
         out = self.tensors
         self.reset()
         return out
@@ -300,15 +369,18 @@ def allreduce_arrays(named: Sequence[tuple[str, np.ndarray]], *, plan: str | Pla
         params = [(n, a.shape, a.dtype) for (n, _), a in zip(named, arrays)]
         p, order, spec = plan_for(params, plan, compression=compression)
         executor = PlanExecutor(p, order, {g.name: g.numel for g in spec.gradients()}, average=average,
-                                compression=compression)
+                                compression=compression,
+                                dtypes={n: torch.from_numpy(a[:0]).dtype for (n, _), a in zip(named, arrays)})
         if cache is not None:
             cache["key"], cache["executor"] = key, executor
-    tensors = [torch.from_numpy(a.copy()) for a in arrays]
-    # gradients arrive all at once here: mark them in the order backward produced them (reverse)
-    for (name, _), t in reversed(list(zip(named, tensors))):
-        executor.ready(name, t)
+    # gradients arrive all at once here: mark them in the order backward produced them (reverse). Whole
+    # tensors are copied straight into the bucket buffers; pieces of cut tensors need their own copy.
+    for (name, _), a in reversed(list(zip(named, arrays))):
+        whole = all(slot.whole for _, slot in executor.holders.get(name, ()))
+        executor.ready(name, torch.from_numpy(a if whole and a.flags.writeable else a.copy()))
     done = executor.wait()
-    return [done[name].numpy() for name, _ in named]
+    # the bucket buffers are reused by the next call: hand out copies
+    return [done[name].numpy().copy() for name, _ in named]
 
 
 def broadcast_arrays(named: Sequence[tuple[str, np.ndarray]], root_rank: int = 0,

@@ -3,7 +3,10 @@
 `GradientScheduler` hooks every parameter (`register_post_accumulate_grad_hook`): when backward has
 finished a gradient, the scheduler marks it ready, and each bucket of the plan starts its all-reduce
 (asynchronously, on torch.distributed) as soon as it is full, in the plan's issue order, so
-communication overlaps the rest of backward. `synchronize()` waits for the all-reduces and leaves the
+communication overlaps the rest of backward. The first time a gradient is ready it is copied into its
+bucket's flat buffer and `param.grad` becomes a view of it (DDP's gradient_as_bucket_view): from then on
+autograd accumulates into the buffer that is all-reduced in place, unless `zero_grad(set_to_none=True)`
+dropped it (one copy per step then, as in DDP). `synchronize()` waits for the all-reduces and leaves the
 averaged gradients in `.grad`. The Horovod-compatible API (`aiacc.plugins.torch.horovod`) is built on it.
 """
 from __future__ import annotations
@@ -99,7 +102,8 @@ class GradientScheduler:
     def _install(self, planned) -> None:
         self.plan, order, self.spec = planned
         self.executor = transport.PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
-                                               average=self.average, compression=self.compression)
+                                               average=self.average, compression=self.compression,
+                                               dtypes={n: p.dtype for n, p in self.named})
 
     def _hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
@@ -107,19 +111,29 @@ class GradientScheduler:
                 self.stamps.setdefault(name, time.perf_counter())
             self.counts[name] += 1
             if self.counts[name] == self.passes:
-                self.executor.ready(name, param.grad)
+                grad = param.grad
+                home = self.executor.ready(name, grad)
+                if home is not grad and home.data_ptr() != grad.data_ptr():
+                    param.grad = home  # later steps accumulate straight into the bucket buffer
         return hook
 
     def synchronize(self) -> None:
         """Wait for every all-reduce of this step. A parameter that got no gradient on this rank takes
         part with zeros (all ranks must run the same collectives) and receives the average."""
+        filled = []
+
         def zeros(name: str) -> torch.Tensor:
             p = self.by_name[name]
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            filled.append(name)
             return p.grad
 
-        self.executor.wait(zeros)
+        done = self.executor.wait(zeros)
+        for name in filled:
+            p = self.by_name[name]
+            if done[name].data_ptr() != p.grad.data_ptr():
+                p.grad = done[name]
         self.counts = dict.fromkeys(self.counts, 0)
         if self.profiling:  # every rank re-plans after its first step (rank 0's profile decides)
             self.profiling = False

@@ -69,7 +69,7 @@ def worker(mode, out):
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(opt, root_rank=0)
             per = GLOBAL_BATCH // n
-            started = []
+            started, views = [], []
             for x, y in data():
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
@@ -77,7 +77,11 @@ def worker(mode, out):
                 ex = opt._aiacc_scheduler.executor
                 started.append(len(ex.works) == len(ex.buckets) > 0)
                 opt.step()
+                # gradients held whole by a bucket live in its buffer (DDP's gradient_as_bucket_view)
+                flats = {f.untyped_storage().data_ptr() for f in opt._aiacc_scheduler.executor.flats if f is not None}
+                views.append(sum(p.grad.untyped_storage().data_ptr() in flats for p in model.parameters()))
             results[f"{label}/started"] = np.array(started)
+            results[f"{label}/views"] = np.array(views)
             assert isinstance(opt, torch.optim.SGD)
             results.update({f"{label}/{k}": p.detach().numpy().copy() for k, p in model.named_parameters()})
             results[f"{label}/buckets"] = np.array(len(opt.plan.buckets))
@@ -134,6 +138,11 @@ def test_two_ranks_match_single_process_training(tmp_path):
             np.testing.assert_array_equal(a, b, err_msg=f"{label}: {k} differs between ranks")
             np.testing.assert_allclose(a, want, rtol=tol, atol=tol, err_msg=f"{label}: {k} vs single process")
         assert r0[f"{label}/started"].all(), label
+        # whole tensors: every gradient is a view of its bucket after each step (from step 2: "aiacc"
+        # re-plans from the profile of step 1 and moves the gradients into the new plan's buckets)
+        if label != "partitioned":
+            assert (r0[f"{label}/views"][1:] == len(ref)).all(), (label, r0[f"{label}/views"])
+    assert (r0["partitioned/views"] < len(ref)).all()  # tensors cut over buckets are copied back instead
     assert int(r0["partitioned/buckets"]) > len(ref)  # tensors really were cut into pieces
     np.testing.assert_allclose(r0["allreduce"], [1.5])
     np.testing.assert_array_equal(r0["allgather"], [0, 0, 1])
