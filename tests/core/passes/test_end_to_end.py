@@ -91,3 +91,44 @@ def test_low_levels_keep_batchnorm(level):
     g = resnet_like()
     run_passes(g, level=level)
     assert g.op_histogram()["BatchNormalization"] == 6
+
+
+def keras_resnet_stem(seed=0, width=8):
+    """What the TF importer hands over for a Keras ResNet stem and one identity block: ZeroPadding2D in NHWC
+    before the transpose to NCHW, Conv + BiasAdd, batch norm as Mul and Add by per-channel constants, a
+    zero-padded MaxPool after the Relu."""
+    rng = np.random.default_rng(seed)
+    g = Graph("keras_stem")
+    x = g.add_input("x", "float32", ("N", 16, 16, 3))
+
+    def c(*shape, positive=False):
+        a = rng.uniform(0.5, 1.5, shape) if positive else rng.standard_normal(shape) * 0.3
+        return g.add_initializer(g.fresh_name("p"), a.astype(np.float32))
+
+    def conv_bn(v, cin, cout, k, pads, relu=True):
+        y = g.op("Conv", v, c(cout, cin, k, k), pads=pads)
+        y = g.op("Add", y, c(1, cout, 1, 1))  # BiasAdd
+        y = g.op("Add", g.op("Mul", y, c(1, cout, 1, 1, positive=True)), c(1, cout, 1, 1))  # batch norm
+        return g.op("Relu", y) if relu else y
+
+    p = g.op("Pad", x, g.add_initializer("pads", np.array([0, 3, 3, 0, 0, 3, 3, 0], np.int64)))
+    y = conv_bn(g.op("Transpose", p, perm=[0, 3, 1, 2]), 3, width, 7, [0, 0, 0, 0])
+    y = g.op("Pad", y, g.add_initializer("pads2", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)))
+    y = g.op("MaxPool", y, kernel_shape=[3, 3], strides=[2, 2])
+    z = conv_bn(y, width, width, 3, [1, 1, 1, 1])
+    z = conv_bn(z, width, width, 3, [1, 1, 1, 1], relu=False)
+    g.add_output(g.op("Relu", g.op("Add", z, y)))
+    return g
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_keras_resnet_stem_keeps_no_pad_mul_add_or_relu(level):
+    g = keras_resnet_stem()
+    feeds = random_feeds(g, seed=1)
+    before = run(g, feeds)
+    run_passes(g, level=level, debug=True, feeds=feeds)
+    hist = g.op_histogram()
+    assert hist == {"Transpose": 1, "aiacc::FusedConv": 3, "MaxPool": 1}, hist
+    after = run(g, feeds)
+    name = g.outputs[0].name
+    np.testing.assert_allclose(after[name], before[name], rtol=1e-4, atol=1e-4)
