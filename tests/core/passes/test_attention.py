@@ -140,3 +140,18 @@ def test_keras_einsum_attention_is_recognized_after_transpose_cancellation():
     check_pass(g, ["transpose_propagation"] + P, rtol=1e-5, atol=1e-6)
     assert sorted(ops(g)) == ["Transpose", "Transpose", "aiacc::Attention"]
     assert g.nodes[-1].attrs["scale"] == pytest.approx(0.35355339, rel=1e-5)
+
+
+def test_two_scales_of_a_product_without_softmax_stay():
+    from aiacc.core.passes.attention import merge_scales
+
+    g = parse("""graph g(%q: float32[2,5,8], %k: float32[2,8,5]) {
+  %c: float32[] = const [0.5]
+  %s: float32[2,5,5] = MatMul<qk>(%q, %k)
+  %a: float32[2,5,5] = Mul<m1>(%s, %c)
+  %y: float32[2,5,5] = Mul<m2>(%a, %c)
+  return %y
+}""")
+    assert "do not feed a Softmax" in merge_scales.explain(g, "m2")
+    check_pass(g, P)
+    assert ops(g) == ["MatMul", "Mul", "Mul"]

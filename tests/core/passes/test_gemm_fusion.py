@@ -192,3 +192,18 @@ def test_fused_matmul_decomposes_into_what_it_replaced():
     assert decompose_all(g) == 1
     assert ops(g) == ["MatMul", "Add", "Relu"]
     np.testing.assert_array_equal(run(g, feeds)["y"], before)
+
+
+def test_activation_after_a_batched_product_or_an_activated_fused_matmul_does_not_fuse():
+    g = parse("""graph g(%q: float32[2,5,6], %k: float32[2,6,5], %x: float32[2,5,6]) {
+      %w: float32[6,8] = const
+      %s: float32[2,5,5] = MatMul<mm>(%q, %k)
+      %y: float32[2,5,5] = Relu<act>(%s)
+      %f: float32[2,5,8] = aiacc::FusedMatMul<fm>(%x, %w) {activation="Relu"}
+      %z: float32[2,5,8] = Tanh<act2>(%f)
+      return %y, %z
+    }""", {"w": rng.standard_normal((6, 8)).astype(np.float32)})
+    assert "not a matrix" in RULES["matmul_activation"].explain(g, "act")
+    assert "already has activation Relu" in RULES["matmul_activation"].explain(g, "act2")
+    check_pass(g, P)
+    assert ops(g) == ["MatMul", "Relu", "aiacc::FusedMatMul", "Tanh"]
