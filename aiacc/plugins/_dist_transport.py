@@ -11,7 +11,8 @@ results are written back on `wait()`. TensorFlow and MXNet gradients reach it as
 into torch tensors without copying.
 
 Errors: a collective that fails (a peer died, or did not answer within the timeout, AIACC_COMM_TIMEOUT
-seconds, default 300) raises `RankFailureError`; ranks holding different parameters raise
+seconds, default 300; joining the job may take AIACC_JOIN_TIMEOUT, default 300) raises
+`RankFailureError`; ranks holding different parameters raise
 `RankMismatchError` naming the first difference.
 """
 from __future__ import annotations
@@ -37,7 +38,14 @@ DEFAULT_TIMEOUT_S = 300.0
 # -- process group ---------------------------------------------------------------------------------
 
 def timeout_s() -> float:
+    """Seconds a collective may wait for a peer (AIACC_COMM_TIMEOUT, default 300)."""
     return float(os.environ.get("AIACC_COMM_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def join_timeout_s() -> float:
+    """Seconds `init` waits for every rank to join (AIACC_JOIN_TIMEOUT, default 300, never less than the
+    collective timeout): ranks of a loaded machine may start seconds apart."""
+    return max(timeout_s(), float(os.environ.get("AIACC_JOIN_TIMEOUT", DEFAULT_TIMEOUT_S)))
 
 
 def init(backend: str | None = None) -> None:
@@ -53,12 +61,19 @@ def init(backend: str | None = None) -> None:
     backend = backend or os.environ.get("AIACC_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(local_rank())
+    from torch.distributed import distributed_c10d as c10d
+
+    # join with the generous timeout, then collectives get AIACC_COMM_TIMEOUT (where torch lets us set it)
+    can_shorten = hasattr(c10d, "_set_pg_timeout")
+    join = join_timeout_s() if can_shorten else timeout_s()
     try:
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=join))
     except Exception as e:  # rendezvous failed or timed out
         raise RankFailureError(f"rank {os.environ.get('RANK')}: could not join the process group at "
-                               f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
-                               f"({type(e).__name__}: {e})") from e
+                               f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} within "
+                               f"{join:g} s ({type(e).__name__}: {e})") from e
+    if can_shorten and join != timeout_s():
+        c10d._set_pg_timeout(datetime.timedelta(seconds=timeout_s()))
 
 
 def shutdown() -> None:

@@ -58,6 +58,7 @@ def reference():
 
 def worker(out):
     import aiacc.plugins.mxnet.horovod as hvd
+    from aiacc.core.comm import CommError
 
     hvd.init()
     r, n = hvd.rank(), hvd.size()
@@ -71,6 +72,16 @@ def worker(out):
         for i, v in enumerate(train(net, trainer, slice(r * per, (r + 1) * per))):
             res[f"{label}/{i}"] = v
     res["allreduce"] = hvd.allreduce(mxnet().nd.array([r + 1.0])).asnumpy()
+    # ranks holding different parameters: every rank gets a clear error, and the job goes on
+    params = dict(build(1).collect_params().items())
+    if r == 1:
+        params["extra"] = mxnet().nd.zeros((3,))
+    try:
+        hvd.broadcast_parameters(params, root_rank=0)
+        res["mismatch"] = np.array("NO_ERROR")
+    except CommError as e:
+        res["mismatch"] = np.array(f"{type(e).__name__}: {e}")
+    res["after"] = hvd.allreduce(mxnet().nd.array([2.0 * r])).asnumpy()
     np.savez(f"{out}.{r}.npz", **res)
     hvd.shutdown()
 
@@ -91,6 +102,11 @@ def test_two_ranks_match_single_process_training(tmp_path):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} param {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} param {i}")
     np.testing.assert_allclose(r0["allreduce"], [1.5])
+    for r in (r0, r1):
+        assert str(r["mismatch"]).startswith("RankMismatchError: ranks hold different parameters: first mismatch at "
+                                             "parameter #4: rank 0 has nothing, rank 1 has extra shape (3,) float32"), \
+            str(r["mismatch"])
+        np.testing.assert_allclose(r["after"], [1.0])
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def reference():
 def worker(out):
     import keras
     import aiacc.plugins.tf.horovod as hvd
+    from aiacc.core.comm import CommError
 
     hvd.init()
     r, n = hvd.rank(), hvd.size()
@@ -77,6 +78,16 @@ def worker(out):
     for i, v in enumerate(train(model, None, mine, keras_fit=True, opt=opt)):
         res[f"fit/{i}"] = v
     res["allreduce"] = hvd.allreduce(np.array([r + 1.0], dtype="float32")).numpy()
+    # ranks holding different variables: every rank gets a clear error, and the job goes on
+    import keras
+
+    variables = list(build(1).variables) + ([keras.Variable(np.zeros(3, "float32"), name="extra")] if r == 1 else [])
+    try:
+        hvd.broadcast_variables(variables, root_rank=0)
+        res["mismatch"] = np.array("NO_ERROR")
+    except CommError as e:
+        res["mismatch"] = np.array(f"{type(e).__name__}: {e}")
+    res["after"] = hvd.allreduce(np.array([2.0 * r], dtype="float32")).numpy()
     np.savez(f"{out}.{r}.npz", **res)
     hvd.shutdown()
 
@@ -98,6 +109,11 @@ def test_two_ranks_match_single_process_training(tmp_path):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} variable {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} variable {i}")
     np.testing.assert_allclose(r0["allreduce"], [1.5])
+    for r in (r0, r1):
+        assert str(r["mismatch"]).startswith("RankMismatchError: ranks hold different variables: first mismatch at "
+                                             "variable #4: rank 0 has nothing, rank 1 has 4:extra shape (3,) float32"), \
+            str(r["mismatch"])
+        np.testing.assert_allclose(r["after"], [1.0])
 
 
 if __name__ == "__main__":
