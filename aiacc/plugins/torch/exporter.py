@@ -318,9 +318,10 @@ def lower_opaque(b: Builder, node: Node) -> list:
     if fn is None:
         raise UnsupportedError(f"node {node.name}: {node.qualified_op} is not an op aiacc knows and carries no "
                                f"torch callable, so it cannot run in torch")
-    tensors = iter(arg(b, v) for v in node.inputs)
-    leaves = [next(tensors) if t is None else t for t in node.meta["torch.template"]]
-    args, kwargs = pytree.tree_unflatten(leaves, node.meta["torch.in_spec"])
+    from aiacc.plugins.torch.opaque import fill_template
+
+    args, kwargs = fill_template(node.meta["torch.template"], [arg(b, v) for v in node.inputs],
+                                 node.meta["torch.in_spec"], f"node {node.name}")
     kind = node.meta.get("torch.kind")
     if kind == "module":
         target = b.add_opaque_module(fn, qualname=node.meta.get("torch.target"))

@@ -30,7 +30,7 @@ from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.errors import ShapeError, UnsupportedError
 from aiacc.plugins.torch import convert
 from aiacc.plugins.torch._fx import trace_module
-from aiacc.plugins.torch.opaque import MethodCall, make_kernel
+from aiacc.plugins.torch.opaque import HOLE, MethodCall, make_kernel
 
 
 class Dim(int):
@@ -367,7 +367,7 @@ class Importer:
         template and the output structure go into node.meta."""
         leaves, in_spec = pytree.tree_flatten((args, kwargs))
         inputs = [leaf for leaf in leaves if isinstance(leaf, Value)]
-        template = [None if isinstance(leaf, Value) else leaf for leaf in leaves]
+        template = [HOLE if isinstance(leaf, Value) else leaf for leaf in leaves]
         example = self.example.get(n)
         out_leaves, out_spec = pytree.tree_flatten(example)
         tensor_pos = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]

@@ -22,11 +22,41 @@ class MethodCall:
         return f"Tensor.{self.name}"
 
 
+class Hole:
+    """Marks where a tensor argument goes in an opaque call's argument template. (None cannot mark it:
+    None is an ordinary argument value, e.g. `F.interpolate(x, size=None, scale_factor=2)`.) Compared by
+    type, so copies of the template (deepcopy, pickle) still match."""
+
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Hole)
+
+    def __hash__(self) -> int:
+        return hash(Hole)
+
+
+HOLE = Hole()
+
+
+def fill_template(template: Sequence[Any], tensors: Sequence[Any], in_spec, what: str = "opaque call") -> tuple:
+    """(args, kwargs) of an opaque call: the template's holes filled with `tensors`, in order."""
+    from aiacc.errors import GraphError
+
+    holes = sum(1 for t in template if isinstance(t, Hole))
+    tensors = list(tensors)
+    if holes != len(tensors):
+        raise GraphError(f"{what}: its argument template has {holes} tensor slots but the node has "
+                         f"{len(tensors)} inputs")
+    it = iter(tensors)
+    leaves = [next(it) if isinstance(t, Hole) else t for t in template]
+    return pytree.tree_unflatten(leaves, in_spec)
+
+
 def call_opaque(fn: Callable, in_spec, template: Sequence[Any], tensors: Sequence[Any]) -> Any:
     """Call `fn` with the original argument structure, tensors filled into the template's holes."""
-    it = iter(tensors)
-    leaves = [next(it) if t is None else t for t in template]
-    args, kwargs = pytree.tree_unflatten(leaves, in_spec)
+    args, kwargs = fill_template(template, tensors, in_spec, repr(fn))
     return fn(*args, **kwargs)
 
 
