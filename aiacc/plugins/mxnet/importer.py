@@ -11,6 +11,8 @@ Inference semantics: BatchNorm uses its moving statistics, Dropout is the identi
 """
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -152,12 +154,21 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
         outs = None
         fn = _CONVERTERS.get(n.op)
         if fn is not None:
+            mark = _mark(g)
             try:
                 outs = fn(Ctx(g, n, ins))
             except AiaccError as e:
                 if n.name in str(e):
                     raise
                 raise type(e)(f"{n.describe()}: {e}") from None
+            except Exception as e:  # noqa: BLE001 - a converter that cannot cope keeps the node opaque
+                _rollback(g, mark)
+                warnings.warn(f"aiacc: {n.describe()} kept opaque: its converter failed "
+                              f"({type(e).__name__}: {e})", stacklevel=2)
+                outs = None
+            else:
+                if outs is None:
+                    _rollback(g, mark)  # a converter may have built part of a translation before giving up
         if outs is None:
             outs = _opaque(g, n, ins, opaque_backend)
         if isinstance(outs, Value):
@@ -171,6 +182,21 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
     return g
 
 
+def _mark(g: Graph) -> tuple[int, set[str]]:
+    return len(g), set(g.initializers)
+
+
+def _rollback(g: Graph, mark: tuple[int, set[str]]) -> None:
+    """Remove the nodes and initializers added since `mark` (a converter's unfinished translation).
+    Only later nodes read a new node's outputs, so erasing from the end never hits a used node."""
+    n_nodes, inits = mark
+    for node in reversed(g.nodes[n_nodes:]):
+        g.erase(node)
+    for name in [k for k in g.initializers if k not in inits]:
+        if not g.initializers[name].uses:
+            g.remove_initializer(g.initializers[name])
+
+
 def _opaque(g: Graph, n: MxNode, ins: list[Value], backend: Any) -> list[Value]:
     """Keep an MXNet node as it is: domain "mxnet", its attributes as strings, an MXNet kernel in meta."""
     if backend is None:
@@ -181,7 +207,11 @@ def _opaque(g: Graph, n: MxNode, ins: list[Value], backend: Any) -> list[Value]:
                       outputs=[n.name] if len(types) == 1 else [f"{n.name}_output{k}" for k in range(len(types))],
                       output_types=types)
     node.meta["mxnet_node"] = {"op": n.op, "name": n.name, "attrs": dict(n.attrs)}
-    node.meta["kernel"] = backend.kernel(n)
+    try:  # a backend that can pin output shapes the op cannot infer alone (see opaque.SymbolOpaqueBackend)
+        params = inspect.signature(backend.kernel).parameters
+    except (TypeError, ValueError):
+        params = {}
+    node.meta["kernel"] = backend.kernel(n, types) if len(params) >= 2 else backend.kernel(n)
     return node.outputs
 
 

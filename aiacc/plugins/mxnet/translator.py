@@ -194,7 +194,8 @@ class MXNetTranslator(Translator):
         if mode != "inference":
             raise UnsupportedError(f"the MXNet plugin translates inference graphs; mode={mode!r} is not supported")
         from aiacc.plugins.mxnet.importer import import_symbol
-        from aiacc.plugins.mxnet.mxrun import OpaqueBackend, check_params
+        from aiacc.plugins.mxnet.mxrun import check_params
+        from aiacc.plugins.mxnet.opaque import SymbolOpaqueBackend
 
         m, names = as_model(model, example_inputs, **options)
         types = input_types(names, example_inputs, input_shapes)
@@ -202,7 +203,7 @@ class MXNetTranslator(Translator):
         if len(static) == len(types):
             check_params(m.symbol, m.symbol_json, m.params, static)
         name = options.get("name") or (getattr(model, "name", None) if not isinstance(model, tuple) else None)
-        g = import_symbol(m.symbol, m.params, types, name=str(name or "mxnet"), opaque_backend=OpaqueBackend())
+        g = import_symbol(m.symbol, m.params, types, name=str(name or "mxnet"), opaque_backend=SymbolOpaqueBackend(m.symbol_json, types, m.params))
         g.meta["framework"] = "mxnet"
         return g
 
