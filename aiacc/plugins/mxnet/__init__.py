@@ -6,8 +6,9 @@
 
 Import-light: mxnet is imported (with numpy's removed aliases restored first, see `_import`) only when
 a model is traced, exported or run. Submodules: symjson (the JSON format), importer (MXNet ops -> IR),
-exporter (IR -> MXNet ops), mxrun (everything that calls mxnet), translator (the plugin API), files
-(the CLI's file entry points), ort (the onnxruntime backend), horovod (distributed training).
+exporter (IR -> MXNet ops), mxrun (everything that calls mxnet), native (the exported SymbolBlock, run
+with MXNet's MKLDNN fusions where available), translator (the plugin API), files (the CLI's file entry
+points), ort (the onnxruntime backend), horovod (distributed training).
 """
 from __future__ import annotations
 

@@ -181,9 +181,11 @@ def check_params(sym: MxSymbol, symbol_json: str, params: Mapping[str, np.ndarra
 # -- Gluon blocks -----------------------------------------------------------------------------------
 
 def symbol_block(symbol_json: str, input_names: Sequence[str], arg_params: Mapping[str, np.ndarray],
-                 aux_params: Mapping[str, np.ndarray]):
-    """A gluon.SymbolBlock of the symbol with its parameters set (CPU)."""
+                 aux_params: Mapping[str, np.ndarray], block_class: Any = None):
+    """A gluon.SymbolBlock (or `block_class`, a SymbolBlock subclass) of the symbol with its parameters
+    set (CPU), loaded the way `SymbolBlock.imports` loads exported files."""
     m = mx()
+    block_class = block_class or m.gluon.SymbolBlock
     with tempfile.TemporaryDirectory(prefix="aiacc-mx-") as d:
         sym_path = os.path.join(d, "model-symbol.json")
         params_path = os.path.join(d, "model-0000.params")
@@ -195,6 +197,9 @@ def symbol_block(symbol_json: str, input_names: Sequence[str], arg_params: Mappi
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                return m.gluon.SymbolBlock.imports(sym_path, list(input_names), params_path, ctx=m.cpu())
+                # SymbolBlock.imports, for any SymbolBlock class
+                block = block_class(m.sym.load(sym_path), [m.sym.var(n) for n in input_names])
+                block.collect_params().load(params_path, m.cpu(), cast_dtype=True, dtype_source="saved")
+                return block
             except (m.base.MXNetError, AssertionError, ValueError) as e:
                 raise UnsupportedError(f"MXNet refused the exported symbol: {_mx_error(e)}") from None

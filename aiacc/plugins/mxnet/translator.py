@@ -209,7 +209,10 @@ class MXNetTranslator(Translator):
 
     def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> Any:
         """A gluon.SymbolBlock computing the graph (backend "native"), or a Gluon block running it in
-        onnxruntime (backend "onnxruntime")."""
+        onnxruntime (backend "onnxruntime").
+
+        Native options: static_alloc and static_shape (CachedOp flags, default True), subgraph_backend
+        ("auto": MXNet's MKLDNN fusions where the build has MKLDNN; None: none)."""
         if backend == "onnxruntime":
             from aiacc.plugins.mxnet.ort import OrtBlock
 
@@ -217,12 +220,15 @@ class MXNetTranslator(Translator):
         if backend != "native":
             raise UnsupportedError(f"unknown backend {backend!r} (expected 'native' or 'onnxruntime')")
         from aiacc.plugins.mxnet.exporter import export_symbol
-        from aiacc.plugins.mxnet.mxrun import symbol_block
+        from aiacc.plugins.mxnet.native import native_block
 
         sym, args, aux = export_symbol(graph)
-        block = symbol_block(sym.to_json(), [v.name for v in graph.inputs], args, aux)
-        if options.get("static_alloc", True):  # MXNet's fastest CachedOp mode; shapes may still change
-            block.hybridize(static_alloc=True)
+        # MXNet's fastest CachedOp mode, partitioned into MKLDNN's fused ops where the build has them;
+        # export() still writes the plain symbol (see aiacc.plugins.mxnet.native)
+        block = native_block(sym.to_json(), [v.name for v in graph.inputs], args, aux,
+                             static_alloc=options.get("static_alloc", True),
+                             static_shape=options.get("static_shape", True),
+                             subgraph_backend=options.get("subgraph_backend", "auto"))
         block.aiacc_graph = graph
         return block
 

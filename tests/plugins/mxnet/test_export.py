@@ -33,12 +33,15 @@ def test_optimize_and_reimport(zoo, name, level, tmp_path):
     assert isinstance(fast, mx.gluon.SymbolBlock)
     out = t.run(fast, ex)
     _check_same(out, expected)
-    # export, re-import with Gluon's own loader, same outputs
+    # export, re-import with Gluon's own loader, same outputs (the re-imported block runs MXNet's plain
+    # kernels, `fast` MKLDNN's fused ones where available: equal up to float rounding)
     fast.export(str(tmp_path / "m"))
     names = [v.name for v in fast.aiacc_graph.inputs]
     again = mx.gluon.SymbolBlock.imports(str(tmp_path / "m-symbol.json"), names, str(tmp_path / "m-0000.params"))
-    for a, b in zip(t.run(again, ex), out):
-        np.testing.assert_array_equal(a, b)
+    again_out = t.run(again, ex)
+    assert len(again_out) == len(out)
+    for a, b in zip(again_out, out):
+        assert a.shape == b.shape and rel_err(a, b) < 1e-5
 
 
 def _exported_ops(block_dir, prefix="m"):
