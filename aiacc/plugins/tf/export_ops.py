@@ -704,6 +704,21 @@ def _tf_opaque(ex, node):
     from aiacc.plugins.tf.importer import rebuild_node
 
     tfm = tf()
+    if node.attrs.get("graph_def") is not None:  # a region (control flow, TensorLists, function calls)
+        from aiacc.plugins.tf.regions import decode, rebuild_region
+
+        gd = node.meta.get("graph_def")
+        if gd is None:
+            gd = decode(node.attrs["graph_def"])
+        outs = rebuild_region(gd, [ex.std(v) for v in node.inputs], list(node.attrs["tf_outputs"]))
+        for v, o in zip(node.outputs, outs):
+            if v.shape is not None:  # import_graph_def loses what shape inference cannot see through
+                try:
+                    o.set_shape([d if isinstance(d, int) else None for d in v.shape])
+                except ValueError:
+                    pass
+            ex.set(v, o)
+        return
     nd = node.meta.get("node_def")
     if nd is None:
         nd = tfm.compat.v1.NodeDef()

@@ -29,6 +29,7 @@ from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.ops import get_schema
 from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
 from aiacc.plugins.tf._tf import np_dtype_name, tf, tf_shape
+from aiacc.plugins.tf.regions import contract, encode, find_regions, main_op, region_graph_def, region_kernel, topo_order
 
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
@@ -176,7 +177,12 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                                    f"tf.Module with a tf.function __call__, tf.function or ConcreteFunction")
     for i, s in enumerate(specs):
         np_dtype_name(s.dtype, f"input {i} ({getattr(s, 'name', None) or 'unnamed'})")
-    frozen = convert_variables_to_constants_v2(cf)
+    try:
+        # control flow stays functional (While / If with their bodies in the function library): the importer
+        # keeps it as opaque regions instead of meeting the Switch/Merge/Enter/NextIteration cycles of lowering
+        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
+    except Exception as e:  # TF raises a variety of errors for graphs it cannot freeze
+        raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {_first_line(e)}") from e
     return Traced(frozen, specs, cf.structured_outputs)
 
 
@@ -227,10 +233,16 @@ class GraphImporter:
             v = g.add_input(_clean(t.op.name), dtype, shape)
             self.env[t.name] = Entry(v)
         needed = self._reachable(frozen.outputs)
-        for tfop in self.tfgraph.get_operations():
-            if tfop.name not in needed or tfop.type == "Placeholder":
-                continue
-            self._translate(tfop)
+        ops = topo_order([op for op in self.tfgraph.get_operations() if op.name in needed])
+        library_def = self.tfgraph.as_graph_def().library
+        library = {f.signature.name for f in library_def.function}
+        regions = find_regions([op for op in ops if op.type != "Placeholder"], library)
+        self._outputs = {t.name for t in frozen.outputs}
+        for unit in contract(ops, regions):
+            if isinstance(unit, list):
+                self._translate_region(unit, library_def)
+            elif unit.type != "Placeholder":
+                self._translate(unit)
         for i, t in enumerate(frozen.outputs):
             if t.name not in self.env:
                 raise UnsupportedError(f"output {i} ({t.name}) of the TF graph was not translated")
@@ -275,6 +287,29 @@ class GraphImporter:
                 continue
             self._merge_type(e, t)
             self.env[t.name] = e
+
+    def _translate_region(self, region: list, library_def) -> None:
+        """One opaque node for a region (see aiacc.plugins.tf.regions)."""
+        gd, external, outputs = region_graph_def(region, library_def, self.tfgraph.graph_def_versions)
+        names = {op.name for op in region}
+        outputs += [t for op in region for t in op.outputs if t.name in self._outputs and t not in outputs]
+        main = main_op(region)
+        types = []
+        for t in outputs:
+            types.append(TensorType(np_dtype_name(t.dtype, f"TF node {t.op.name} ({t.op.type}) output "
+                                                           f"{t.value_index}, read outside the opaque "
+                                                           f"{main.type} region {main.name}"), tf_shape(t.shape)))
+        inputs = [self.plain(t) for t in external]
+        out_names = [t.name for t in outputs]
+        node = self.g.add_node(main.type, inputs, {"tf_op": main.type, "graph_def": encode(gd),
+                                                   "tf_outputs": out_names},
+                               domain="tf", name=_clean(main.name), outputs=len(outputs),
+                               output_types=types)
+        node.meta["graph_def"] = gd
+        node.meta["tf_ops"] = sorted(names)
+        node.meta["kernel"] = region_kernel(gd, out_names, f"{main.name} ({main.type})")
+        for t, v in zip(outputs, node.outputs):
+            self.env[t.name] = Entry(v)
 
     # -- values and layouts ---------------------------------------------------------------------------
     def entry(self, t) -> Entry:
