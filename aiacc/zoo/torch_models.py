@@ -1,5 +1,6 @@
 """PyTorch zoo: ResNet-50, MobileNetV2 and a BERT-style encoder written in code (torchvision's layouts, no
-torchvision), random weights from fixed seeds. See aiacc.zoo for sizes."""
+torchvision), random weights from fixed seeds. See aiacc.zoo for sizes. The classes take their sizes as
+arguments: the test zoo (tests/zoo/torch_models.py) builds its small versions from them."""
 from __future__ import annotations
 
 import torch
@@ -45,30 +46,30 @@ class Bottleneck(nn.Module):
         if stride != 1 or cin != out:
             self.downsample = nn.Sequential(nn.Conv2d(cin, out, 1, stride, bias=False), nn.BatchNorm2d(out))
 
-    def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
+    def forward(self, x):  # torchvision's order: the projection shortcut runs after the main branch
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
-        out += identity
+        out += x if self.downsample is None else self.downsample(x)
         return self.relu(out)
 
 
-class ResNet50(nn.Module):
-    """torchvision's ResNet-50 v1.5 layout: 7x7 stem, [3, 4, 6, 3] bottlenecks, global pooling, classifier."""
+class ResNet(nn.Module):
+    """torchvision's ResNet layout: 7x7 stem, four stages of `block`s (`layers` per stage, widths base *
+    1, 2, 4, 8), global pooling, classifier. `block` is a class with `expansion` and (cin, width, stride)."""
 
-    def __init__(self, num_classes: int = 1000, base: int = 64):
+    def __init__(self, block=Bottleneck, layers=(3, 4, 6, 3), num_classes: int = 1000, base: int = 64):
         super().__init__()
         self.conv1 = nn.Conv2d(3, base, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(base)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         cin, stages = base, []
-        for i, n in enumerate((3, 4, 6, 3)):
+        for i, n in enumerate(layers):
             width, blocks = base * 2 ** i, []
             for j in range(n):
-                blocks.append(Bottleneck(cin, width, 2 if j == 0 and i > 0 else 1))
-                cin = width * Bottleneck.expansion
+                blocks.append(block(cin, width, 2 if j == 0 and i > 0 else 1))
+                cin = width * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
@@ -78,6 +79,13 @@ class ResNet50(nn.Module):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class ResNet50(ResNet):
+    """torchvision's ResNet-50 v1.5: [3, 4, 6, 3] bottlenecks (stride in the 3x3 convolution)."""
+
+    def __init__(self, num_classes: int = 1000, base: int = 64):
+        super().__init__(Bottleneck, (3, 4, 6, 3), num_classes, base)
 
 
 def resnet50(batch: int = 1, size: int = 224, num_classes: int = 1000):
@@ -140,17 +148,17 @@ def mobilenet_v2(batch: int = 1, size: int = 224, num_classes: int = 1000, width
 # ------------------------------------------------------------------------------------------------ BERT-style
 class BertEncoder(nn.Module):
     """Token + position embeddings, LayerNorm, nn.TransformerEncoder (GELU, batch_first, post-norm), a tanh
-    pooler on the first token. Returns (last hidden state, pooled)."""
+    pooler on the first token. Returns (last hidden state, pooled). `eps`: every LayerNorm's epsilon."""
 
     def __init__(self, vocab: int = 8192, hidden: int = 256, heads: int = 4, layers: int = 4, ffn: int = 1024,
-                 max_len: int = 512, dropout: float = 0.1):
+                 max_len: int = 512, dropout: float = 0.1, eps: float = 1e-12):
         super().__init__()
         self.tokens = nn.Embedding(vocab, hidden)
         self.positions = nn.Embedding(max_len, hidden)
-        self.norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.norm = nn.LayerNorm(hidden, eps=eps)
         self.dropout = nn.Dropout(dropout)
         layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout, activation="gelu", batch_first=True,
-                                           layer_norm_eps=1e-12)
+                                           layer_norm_eps=eps)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.pooler = nn.Linear(hidden, hidden)
 
