@@ -1,6 +1,7 @@
 """MXNet zoo: Gluon model_zoo resnet50_v1 and mobilenetv2_1.0 (pretrained=False) and a BERT-style encoder
 written with Gluon blocks, all HybridBlocks, random weights from fixed seeds. Inputs are tuples of numpy
-arrays (NCHW images; token ids as float32, as Gluon's Embedding takes them). See aiacc.zoo for sizes."""
+arrays (NCHW images; token ids as float32, as Gluon's Embedding takes them). See aiacc.zoo for sizes.
+`init`/`randomize` are shared with the test zoo (tests/zoo/mxnet_models.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,9 @@ mx = import_mxnet()
 nn = mx.gluon.nn
 
 
-def _randomize(block, seed: int) -> None:
-    """Random parameters from `seed`: weights ~ N(0, 1/fan_in); BatchNorm statistics and affine random."""
+def randomize(block, seed: int) -> None:
+    """Random parameters from `seed`: weights ~ N(0, 1/fan_in); BatchNorm statistics and affine random,
+    PReLU slopes in [0.05, 0.3]."""
     rng = np.random.default_rng(seed)
     for name, p in sorted(block.collect_params().items()):
         shape = p.shape
@@ -20,16 +22,19 @@ def _randomize(block, seed: int) -> None:
             v = rng.uniform(0.5, 1.5, shape)
         elif name.endswith(("running_mean", "moving_mean", "beta", "bias")):
             v = rng.normal(0, 0.1, shape)
+        elif name.endswith("alpha"):  # PReLU slopes
+            v = rng.uniform(0.05, 0.3, shape)
         else:
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
             v = rng.normal(0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
         p.set_data(mx.nd.array(v.astype(p.dtype or "float32")))
 
 
-def _init(block, example, seed: int):
+def init(block, example, seed: int):
+    """Initialize `block`, run it once on the `example` arrays (deferred shapes) and randomize it."""
     block.initialize(mx.init.Xavier())
     block(*[mx.nd.array(a) for a in example])  # resolve deferred shapes
-    _randomize(block, seed)
+    randomize(block, seed)
     mx.nd.waitall()
     return block
 
@@ -43,7 +48,7 @@ def resnet50(batch: int = 1, size: int = 224, num_classes: int = 1000):
     from mxnet.gluon.model_zoo import vision
 
     x = _images(batch, size, 10)
-    return _init(vision.get_model("resnet50_v1", pretrained=False, classes=num_classes), x, 11), x
+    return init(vision.get_model("resnet50_v1", pretrained=False, classes=num_classes), x, 11), x
 
 
 def mobilenet_v2(batch: int = 1, size: int = 224, num_classes: int = 1000):
@@ -51,7 +56,7 @@ def mobilenet_v2(batch: int = 1, size: int = 224, num_classes: int = 1000):
     from mxnet.gluon.model_zoo import vision
 
     x = _images(batch, size, 11)
-    return _init(vision.get_model("mobilenetv2_1.0", pretrained=False, classes=num_classes), x, 12), x
+    return init(vision.get_model("mobilenetv2_1.0", pretrained=False, classes=num_classes), x, 12), x
 
 
 class SelfAttention(mx.gluon.HybridBlock):
@@ -65,14 +70,14 @@ class SelfAttention(mx.gluon.HybridBlock):
             self.qkv = nn.Dense(3 * hidden, flatten=False)
             self.proj = nn.Dense(hidden, flatten=False)
 
+    def split_heads(self, F, t):
+        """B, S, H -> B*heads, S, H/heads."""
+        t = F.transpose(F.reshape(t, shape=(0, 0, self.heads, -1)), axes=(0, 2, 1, 3))
+        return F.reshape(t, shape=(-3, -2))
+
     def hybrid_forward(self, F, x):
         q, k, v = F.split(self.qkv(x), num_outputs=3, axis=-1)
-
-        def heads(t):  # B, S, H -> B*heads, S, H/heads
-            t = F.transpose(F.reshape(t, shape=(0, 0, self.heads, -1)), axes=(0, 2, 1, 3))
-            return F.reshape(t, shape=(-3, -2))
-
-        q, k, v = heads(q), heads(k), heads(v)
+        q, k, v = self.split_heads(F, q), self.split_heads(F, k), self.split_heads(F, v)
         att = F.softmax(F.batch_dot(q, k, transpose_b=True) * self.scale, axis=-1)
         ctx = F.reshape(F.batch_dot(att, v), shape=(-4, -1, self.heads, 0, 0))  # B, heads, S, H/heads
         ctx = F.reshape(F.transpose(ctx, axes=(0, 2, 1, 3)), shape=(0, 0, -1))
@@ -125,4 +130,4 @@ def bert_encoder(batch: int = 1, seq: int = 128, vocab: int = 8192, hidden: int 
     """The BERT-style encoder and (batch, seq) token ids (float32)."""
     tokens = np.random.default_rng(5).integers(0, vocab, (batch, seq)).astype("float32")
     model = BertEncoder(seq, vocab, hidden, heads, ffn, layers)
-    return _init(model, (tokens,), 13), (tokens,)
+    return init(model, (tokens,), 13), (tokens,)

@@ -11,36 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from aiacc.plugins.mxnet._import import import_mxnet
+from aiacc.zoo import mxnet_models as bundled
 
 mx = import_mxnet()
 nn = mx.gluon.nn
 
 
-def _randomize(block, seed: int) -> None:
-    """Random parameters from a fixed seed: weights ~ N(0, 1/fan_in), BatchNorm stats and affine random."""
-    rng = np.random.default_rng(seed)
-    for name, p in sorted(block.collect_params().items()):
-        shape = p.shape
-        if name.endswith("running_var") or name.endswith("moving_var"):
-            v = rng.uniform(0.5, 1.5, shape)
-        elif name.endswith("gamma"):
-            v = rng.uniform(0.5, 1.5, shape)
-        elif name.endswith(("running_mean", "moving_mean", "beta", "bias")):
-            v = rng.normal(0, 0.1, shape)
-        elif name.endswith("alpha"):  # PReLU slopes
-            v = rng.uniform(0.05, 0.3, shape)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            v = rng.normal(0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
-        p.set_data(mx.nd.array(v.astype(p.dtype or "float32")))
-
-
-def _init(block, example, seed):
-    block.initialize(mx.init.Xavier())
-    block(*[mx.nd.array(a) for a in example])  # resolve deferred shapes
-    _randomize(block, seed)
-    mx.nd.waitall()
-    return block
+# random weights from a fixed seed (BatchNorm statistics and PReLU slopes included), as the bundled models
+_init = bundled.init
 
 
 def resnet50_v1(batch: int = 1, size: int = 64):
@@ -57,25 +35,14 @@ def mobilenet_v2(batch: int = 1, size: int = 64):
     return _init(vision.get_model("mobilenetv2_1.0", pretrained=False), (x,), 12), (x,)
 
 
-class SelfAttention(mx.gluon.HybridBlock):
-    """Multi-head self-attention: one Dense for q|k|v split three ways, batch_dot, masked softmax."""
-
-    def __init__(self, hidden: int, heads: int, **kw):
-        super().__init__(**kw)
-        self.heads = heads
-        self.scale = 1.0 / np.sqrt(hidden // heads)
-        with self.name_scope():
-            self.qkv = nn.Dense(3 * hidden, flatten=False)
-            self.proj = nn.Dense(hidden, flatten=False)
+class SelfAttention(bundled.SelfAttention):
+    """The bundled multi-head self-attention (one Dense for q|k|v split three ways, batch_dot), with an
+    attention mask: softmax over masked scores."""
 
     def hybrid_forward(self, F, x, mask):
         qkv = self.qkv(x)                                             # B, S, 3H
         q, k, v = F.split(qkv, num_outputs=3, axis=-1)               # SliceChannel
-        def heads(t):                                                 # B, S, H -> B*heads, S, H/heads
-            t = F.reshape(t, shape=(0, 0, self.heads, -1))
-            t = F.transpose(t, axes=(0, 2, 1, 3))
-            return F.reshape(t, shape=(-3, -2))
-        q, k, v = heads(q), heads(k), heads(v)
+        q, k, v = self.split_heads(F, q), self.split_heads(F, k), self.split_heads(F, v)  # B*heads, S, H/heads
         scores = F.batch_dot(q, k, transpose_b=True) * self.scale    # _mul_scalar
         # mask: B, S (1 = keep) -> additive bias B*heads, 1, S
         bias = (1 - mask) * -10000.0                                  # _rminus_scalar, _mul_scalar
