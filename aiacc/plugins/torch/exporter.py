@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops import get_schema
 from aiacc.errors import UnsupportedError
+from aiacc.plugins.torch import fastpath
 
 LOWERINGS: dict[tuple[str, str], Callable] = {}
 
@@ -103,6 +104,10 @@ class Builder:
         self._consts = 0
         self._opaque = 0
         self.inplace_ok = graph.meta.get("torch.mode", "inference") != "train"
+        # inference exports lower convolutions and linears to the oneDNN fast path (fastpath.py), which
+        # falls back to F.conv2d / F.linear wherever it cannot run
+        self.inference = self.inplace_ok
+        self.uses_fastpath = False  # set once a convolution may leave a channels-last tensor
 
     # -- emitting ----------------------------------------------------------------------------------
     def call(self, fn: Callable, *args: Any, **kwargs: Any) -> fx.Node:
@@ -207,7 +212,7 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
         for i, leaf_name in enumerate(names):
             if leaf_name is not None and leaf_name in by_name:
                 b.env[id(by_name[leaf_name])] = b.call(operator.getitem, leaves, i)
-    fusions = plan_fusions(graph)
+    fusions = plan_fusions(graph, inference=b.inference)
     for node in graph:
         if id(node) in fusions.skip:
             continue
@@ -217,6 +222,8 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     # outputs, in the original structure
     out_meta = graph.meta.get("torch.outputs")
     values = [arg(b, v) for v in graph.outputs]
+    if b.uses_fastpath:  # outputs in the layout the original gives (the fast path works channels-last)
+        values = [b.call(fastpath.dense, x) if _maybe_4d(v) else x for v, x in zip(graph.outputs, values)]
     if out_meta is None:
         result = values[0] if len(values) == 1 else tuple(values)
     else:
@@ -228,6 +235,10 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
     gm.train(graph.meta.get("torch.mode") == "train")
     return gm
+
+
+def _maybe_4d(v: Value | None) -> bool:
+    return v is not None and (v.shape is None or len(v.shape) == 4) and v.dtype in (None, "float32")
 
 
 def arg(b: Builder, v: Value | None) -> Any:
@@ -363,8 +374,10 @@ def _only_user(v: Value) -> Node | None:
     return None
 
 
-def plan_fusions(graph: Graph) -> Fusions:
+def plan_fusions(graph: Graph, inference: bool = False) -> Fusions:
     f = Fusions()
+    if inference:
+        _plan_attention(graph, f)
     for node in graph:
         if node.domain or node.schema is None:
             continue
@@ -404,6 +417,84 @@ def plan_fusions(graph: Graph) -> Fusions:
     return f
 
 
+def _scalar_const(v: Value | None) -> float | None:
+    c = _const_of(v) if v is not None else None
+    if c is None or c.size != 1 or c.dtype.kind != "f":
+        return None
+    return float(c.reshape(-1)[0])
+
+
+def _plan_attention(graph: Graph, f: Fusions) -> None:
+    """Softmax(MatMul(q, Transpose(k)) [* c | / c] [+ mask]) @ v -> F.scaled_dot_product_attention (one
+    fused kernel instead of the materialized scores), for the level-2 graphs where
+    attention_recognition (level 3) has not run. Every intermediate must be read only by the next step."""
+    for sm in graph:
+        if sm.op != "Softmax" or sm.domain:
+            continue
+        out = sm.output
+        rank = len(out.shape) if out.shape is not None else 0
+        if rank < 3 or sm.attr("axis") % rank != rank - 1 or out.dtype not in ("float32", "float64", "float16"):
+            continue
+        pv = _only_user(out)
+        if pv is None or pv.op != "MatMul" or pv.domain or pv.inputs[0] is not out:
+            continue
+        absorbed, consumer, s = [sm], sm, sm.inputs[0]
+        mask, scale = None, 1.0
+        p = s.producer
+        if p is not None and p.op == "Add" and not p.domain and _only_user(s) is consumer:
+            for a, m in ((p.inputs[0], p.inputs[1]), (p.inputs[1], p.inputs[0])):
+                if a.producer is not None and a.producer.op in ("Mul", "Div", "MatMul") and not a.producer.domain \
+                        and m.dtype == out.dtype and a.shape is not None and a.shape == p.output.shape:
+                    mask = m
+                    break
+            if mask is None:
+                continue
+            absorbed.append(p)
+            consumer, s = p, a
+            p = s.producer
+        if p is not None and p.op in ("Mul", "Div") and not p.domain and _only_user(s) is consumer:
+            pairs = [(p.inputs[0], p.inputs[1])] + ([(p.inputs[1], p.inputs[0])] if p.op == "Mul" else [])
+            for a, c in pairs:
+                val = _scalar_const(c)
+                if val is not None and val != 0.0 and a.producer is not None and a.producer.op == "MatMul":
+                    scale = val if p.op == "Mul" else 1.0 / val
+                    break
+            else:
+                continue
+            absorbed.append(p)
+            consumer, s = p, a
+            p = s.producer
+        if p is None or p.op != "MatMul" or p.domain or _only_user(s) is not consumer:
+            continue
+        qk = p
+        absorbed.append(qk)
+        q, kt, v = qk.inputs[0], qk.inputs[1], pv.inputs[1]
+        shapes = [t.shape for t in (q, kt, v)]
+        if any(sh is None or len(sh) != rank for sh in shapes) or not (shapes[0][:-2] == shapes[1][:-2]
+                                                                          == shapes[2][:-2]):
+            continue
+        t = kt.producer
+        k, k_transposed = kt, True
+        if t is not None and t.op == "Transpose" and not t.domain and _only_user(kt) is qk \
+                and list(t.attrs.get("perm") or []) == list(range(rank - 2)) + [rank - 1, rank - 2]:
+            k, k_transposed = t.inputs[0], False
+            absorbed.append(t)
+        if any(id(n) in f.skip or id(n) in f.special for n in absorbed + [pv]):
+            continue
+        f.skip.update(id(n) for n in absorbed)
+        f.special[id(pv)] = _sdpa_special(q, k, k_transposed, v, mask, scale)
+
+
+def _sdpa_special(q: Value, k: Value, k_transposed: bool, v: Value, mask: Value | None, scale: float):
+    def lower(b, ln, node):
+        kk = arg(b, k)
+        if k_transposed:
+            kk = b.method("transpose", kk, -1, -2)
+        return [b.call(F.scaled_dot_product_attention, arg(b, q), kk, arg(b, v), attn_mask=arg(b, mask),
+                       scale=scale)]
+    return lower
+
+
 class _Transposed:
     """A constant matrix used transposed (as F.linear's weight)."""
 
@@ -422,7 +513,9 @@ def _linear_special(x: Value, w, bias: Value | None):
             weight = b.env[key]
         else:
             weight = arg(b, w)
-        return [b.call(F.linear, arg(b, x), weight, arg(b, bias))]
+        from aiacc.plugins.torch.lowerings import linear
+
+        return [linear(b, arg(b, x), weight, arg(b, bias))]
     return lower
 
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from aiacc.core.ops.nn import window_params
 from aiacc.errors import UnsupportedError
+from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.exporter import LNode, lowering
 
 # ------------------------------------------------------------------------------------------------ elementwise
@@ -367,7 +368,10 @@ def _conv_params(n: LNode):
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-def conv(b, n: LNode, bias_arg=None):
+def conv(b, n: LNode, bias_arg=None, onednn=None):
+    """The convolution of a Conv-like node. In an inference export a 2-D convolution goes through
+    fastpath.conv2d (oneDNN with a pre-packed weight, channels-last; `onednn` = (attr, scalars, algorithm)
+    is its fused post-op); otherwise F.convNd."""
     kernel, strides, dilations, pads = _conv_params(n)
     k = len(kernel)
     x = n.arg(0)
@@ -379,6 +383,13 @@ def conv(b, n: LNode, bias_arg=None):
         x = b.call(F.pad, x, torch_pads)
         half = [0] * k
     bias = n.arg(2) if bias_arg is None and n.n_inputs > 2 else bias_arg
+    if b.inference and k == 2:
+        b.uses_fastpath = True
+        attr, scalars, algorithm = onednn or ("none", [], None)
+        return b.call(fastpath.conv2d, x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1),
+                      attr, scalars, algorithm)
+    if onednn is not None:
+        raise UnsupportedError(f"node {n.name}: a fused post-op needs the 2-D inference convolution")
     return b.call(_CONV[k], x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1))
 
 
@@ -483,7 +494,20 @@ def _matmul(b, n):
     return b.call(torch.matmul, n.arg(0), n.arg(1))
 
 
-def gemm(b, n: LNode):
+def linear(b, x, w, bias, onednn=None):
+    """F.linear(x, w, bias) (w [out, in]); in an inference export one oneDNN inner product with the fused
+    post-op `onednn` = (attr, scalars, algorithm) (fastpath.linear, F.linear where it cannot run)."""
+    if b.inference:
+        attr, scalars, algorithm = onednn or ("none", [], None)
+        return b.call(fastpath.linear, x, w, bias, attr, scalars, algorithm)
+    if onednn is not None:
+        raise UnsupportedError("a fused post-op needs an inference export")
+    return b.call(F.linear, x, w, bias)
+
+
+def gemm(b, n: LNode, onednn=None):
+    """Gemm; `onednn` (a fused post-op) is applied only when the Gemm becomes a linear (check with
+    gemm_is_linear first)."""
     alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
     a, w = n.arg(0), n.arg(1)
     c = n.arg(2) if n.n_inputs > 2 else None
@@ -491,7 +515,7 @@ def gemm(b, n: LNode):
         a = b.method("t", a)
     c_shape = n.shape(2) if n.n_inputs > 2 else None
     if n.attr("transB") and alpha == 1.0 and beta == 1.0 and (c is None or (c_shape is not None and len(c_shape) == 1)):
-        return b.call(F.linear, a, w, c)
+        return linear(b, a, w, c, onednn)
     if n.attr("transB"):
         w = b.method("t", w)
     if c is not None:
@@ -501,6 +525,13 @@ def gemm(b, n: LNode):
 
 
 lowering("Gemm")(gemm)
+
+
+def gemm_is_linear(n: LNode) -> bool:
+    c_shape = n.shape(2) if n.n_inputs > 2 and n.values[2] is not None else None
+    return bool(n.attr("transB")) and not n.attr("transA") and float(n.attr("alpha", 1.0)) == 1.0 \
+        and float(n.attr("beta", 1.0)) == 1.0 and (n.n_inputs < 3 or n.values[2] is None
+                                                    or (c_shape is not None and len(c_shape) == 1))
 
 
 @lowering("LayerNormalization")
@@ -557,18 +588,49 @@ def activation(b, y, act: str, params, inplace: bool):
 
 @lowering("FusedConv", domain="aiacc")
 def _fused_conv(b, n):
-    y = conv(b, n)
+    act, params = n.attr("activation", ""), n.attr("activation_params")
     residual = n.arg(3) if n.n_inputs > 3 and n.values[3] is not None else None
+    shape = n.shape(1)
+    if b.inference and residual is None and shape is not None and len(shape) == 4:
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None:  # the activation runs as oneDNN's post-op
+            return conv(b, n, onednn=onednn)
+    y = conv(b, n)
     if residual is not None:
         # the conv output is fresh: accumulate in place (autograd handles add_ on a non-leaf)
         y = b.method("add_", y, residual) if b.inplace_ok else b.call(operator.add, y, residual)
-    return activation(b, y, n.attr("activation", ""), n.attr("activation_params"), b.inplace_ok)
+    return activation(b, y, act, params, b.inplace_ok)
 
 
 @lowering("FusedGemm", domain="aiacc")
 def _fused_gemm(b, n):
+    act, params = n.attr("activation", ""), n.attr("activation_params")
+    if b.inference and gemm_is_linear(n):
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None:
+            return gemm(b, n, onednn)
     y = gemm(b, n)
-    return activation(b, y, n.attr("activation", ""), n.attr("activation_params"), b.inplace_ok)
+    return activation(b, y, act, params, b.inplace_ok)
+
+
+@lowering("FusedMatMul", domain="aiacc")
+def _fused_matmul(b, n):
+    """act(x @ W + bias) as a linear with W^T (a constant W is transposed once, at export)."""
+    act, params = n.attr("activation", ""), n.attr("activation_params")
+    w = n.values[1]
+    if w is not None and w.const is not None:
+        key = ("T", id(w))
+        if key not in b.env:
+            b.env[key] = b.constant(np.ascontiguousarray(w.const.T))
+        weight = b.env[key]
+    else:
+        weight = b.method("t", n.arg(1))
+    bias = n.arg(2) if n.n_inputs > 2 and n.values[2] is not None else None
+    onednn = fastpath.onednn_activation(act, params) if b.inference else None
+    if onednn is not None:
+        return linear(b, n.arg(0), weight, bias, onednn)
+    y = linear(b, n.arg(0), weight, bias)
+    return activation(b, y, act, params, b.inplace_ok)
 
 
 @lowering("Attention", domain="aiacc")

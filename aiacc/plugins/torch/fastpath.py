@@ -1,0 +1,164 @@
+"""oneDNN fast paths for the inference exports' convolutions and matrix products.
+
+Eager F.conv2d hands oneDNN a plain OIHW weight, which oneDNN reorders into its blocked layout on every
+call, and runs on NCHW activations it reorders too; F.linear goes to the BLAS gemm. What
+torch.jit.optimize_for_inference and torch.compile's oneDNN fusion do instead, done here per call:
+
+- the convolution weight is reordered once (torch.ops.mkldnn._reorder_convolution_weight) and cached;
+  activations stay channels-last (the layout oneDNN convolves without a reorder, and the layout the
+  packed convolution returns), and the activation runs as a oneDNN post-op
+  (torch.ops.mkldnn._convolution_pointwise);
+- a matrix product with a bias (and activation) is one oneDNN inner product
+  (torch.ops.mkldnn._linear_pointwise).
+
+The module's plain parameters stay the source of truth: the cache is keyed by the weight tensor (weakly)
+and re-prepared when its storage, version (in-place updates, load_state_dict), device or dtype or the input
+shape changes, so .to(), torch.save / torch.load and load_state_dict work as on any module. The fast path
+is taken only for CPU float32 tensors when no gradient is needed, and never while torch.jit traces or
+scripts, torch.compile compiles or torch.fx traces symbolically; everywhere else the same function runs
+F.conv2d / F.linear and the activation, so gradients, other devices and other dtypes behave as before.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch.utils.weak import WeakTensorKeyDictionary
+
+_PACKED: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+_MAX_SHAPES = 4  # packed variants kept per weight (one per input shape seen)
+
+# oneDNN post-op name -> the same activation applied in place on a fresh tensor (the fallback)
+_UNARY = {
+    "none": lambda y, s, a: y,
+    "relu": lambda y, s, a: torch.relu_(y),
+    "sigmoid": lambda y, s, a: torch.sigmoid_(y),
+    "tanh": lambda y, s, a: torch.tanh_(y),
+    "hardswish": lambda y, s, a: F.hardswish(y, inplace=True),
+    "swish": lambda y, s, a: F.silu(y, inplace=True),
+    "leaky_relu": lambda y, s, a: F.leaky_relu(y, s[0], inplace=True),
+    "hardtanh": lambda y, s, a: F.hardtanh(y, s[0], s[1], inplace=True),
+    "gelu": lambda y, s, a: F.gelu(y, approximate=a or "none"),
+    "hardsigmoid": lambda y, s, a: F.hardsigmoid(y, inplace=True),
+}
+
+
+def _fx_leaf(fn):
+    """Make fn a leaf for torch.fx symbolic tracing (GraphModule deserialization re-traces its code): called
+    with an fx Proxy among the tensors it records one call_function node instead of running fn's Python."""
+    @functools.wraps(fn)
+    def wrapper(x, *args, **kwargs):
+        if isinstance(x, fx.Proxy) or any(isinstance(a, fx.Proxy) for a in args[:2]):
+            tracer = (x if isinstance(x, fx.Proxy) else next(a for a in args if isinstance(a, fx.Proxy))).tracer
+            return tracer.create_proxy("call_function", wrapper, (x, *args), kwargs)
+        return fn(x, *args, **kwargs)
+    return wrapper
+
+
+def usable(x, weight, bias) -> bool:
+    """Whether the oneDNN path may run: CPU float32 tensors, no autograd, no tracer or compiler watching."""
+    if type(x) is not torch.Tensor or not isinstance(weight, torch.Tensor):
+        return False  # fx Proxy, FakeTensor, tensor subclasses
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling():
+        return False
+    if x.dtype is not torch.float32 or weight.dtype is not torch.float32 or x.device.type != "cpu" \
+            or weight.device.type != "cpu" or x.is_mkldnn or weight.is_mkldnn or x.is_sparse:
+        return False
+    if bias is not None and (bias.dtype is not torch.float32 or bias.device.type != "cpu"):
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return False
+    return torch._C._get_mkldnn_enabled() and torch.backends.mkldnn.is_available()
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter (and cannot change outside inference mode)
+        return -1
+
+
+def _packed_conv_weight(weight, padding, stride, dilation, groups, input_size) -> torch.Tensor:
+    state = (weight.data_ptr(), _version(weight), weight.device, weight.dtype, tuple(weight.shape))
+    entry = _PACKED.get(weight)
+    if entry is None or entry[0] != state:
+        entry = (state, {})
+        _PACKED[weight] = entry
+    variants = entry[1]
+    key = (tuple(input_size), tuple(padding), tuple(stride), tuple(dilation), groups)
+    packed = variants.get(key)
+    if packed is None:
+        if len(variants) >= _MAX_SHAPES:
+            variants.clear()
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_convolution_weight(
+                weight.detach(), list(padding), list(stride), list(dilation), groups, list(input_size))
+        variants[key] = packed
+    return packed
+
+
+@_fx_leaf
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+           padding: list[int], dilation: list[int], groups: int, attr: str = "none",
+           scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
+    """attr(F.conv2d(x, weight, bias, stride, padding, dilation, groups)); attr is a oneDNN post-op name
+    (see _UNARY) with its scalars and algorithm. The result is a fresh tensor (channels-last on the fast
+    path)."""
+    if x.dim() == 4 and usable(x, weight, bias):
+        if not x.is_contiguous(memory_format=torch.channels_last):
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = _packed_conv_weight(weight, padding, stride, dilation, groups, x.shape)
+        return torch.ops.mkldnn._convolution_pointwise(x, w, bias, list(padding), list(stride), list(dilation),
+                                                       groups, attr, list(scalars), algorithm)
+    y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return _UNARY[attr](y, scalars, algorithm)
+
+
+@_fx_leaf
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attr: str = "none",
+           scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
+    """attr(F.linear(x, weight, bias)) (weight [out, in]), one oneDNN inner product on the fast path."""
+    if usable(x, weight, bias) and x.dim() >= 1 and x.numel() > 0:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, list(scalars), algorithm)
+    y = F.linear(x, weight, bias)
+    return _UNARY[attr](y, scalars, algorithm)
+
+
+@_fx_leaf
+def dense(x):
+    """x in the default contiguous layout where the fast path left it channels-last (graph outputs and the
+    inputs of opaque callables see what the original model gave them); other values pass through."""
+    if isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous() \
+            and x.is_contiguous(memory_format=torch.channels_last):
+        return x.contiguous()
+    return x
+
+
+def onednn_activation(act: str, params) -> tuple[str, list, str | None] | None:
+    """aiacc's fused activation (name, params) as a oneDNN post-op (attr, scalars, algorithm), or None."""
+    params = list(params or [])
+    if not act:
+        return "none", [], None
+    if act in ("Relu", "Sigmoid", "Tanh"):
+        return act.lower(), [], None
+    if act == "HardSwish":
+        return "hardswish", [], None
+    if act == "LeakyRelu":
+        return "leaky_relu", [float(params[0]) if params else 0.01], None
+    if act == "Clip":
+        lo, hi = (params + [float("-inf"), float("inf")][len(params):])[:2]
+        if abs(lo) == float("inf") or abs(hi) == float("inf"):
+            return None
+        return "hardtanh", [float(lo), float(hi)], None
+    if act == "Gelu":
+        return "gelu", [], "none"
+    if act == "GeluTanh":
+        return "gelu", [], "tanh"
+    if act == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5][len(params):])[:2]
+        if abs(alpha - 1 / 6) < 1e-7 and beta == 0.5:
+            return "hardsigmoid", [], None
+    return None
