@@ -188,7 +188,13 @@ def _hardtanh(imp, x, min_val=-1.0, max_val=1.0, inplace=False):
 @method("clamp", "clip", "clamp_")
 def _clamp(imp, x, min=None, max=None):
     if isinstance(min, Value) or isinstance(max, Value):
-        raise Untranslatable("tensor bounds")
+        # tensor bounds: elementwise Max / Min (broadcasting like torch)
+        y = tensor(x)
+        if min is not None:
+            y = imp.op("Max", *_operands(imp, y, min))
+        if max is not None:
+            y = imp.op("Min", *_operands(imp, y, max))
+        return y
     return _clip(imp, x, min, max)
 
 
@@ -251,18 +257,6 @@ def _gelu(imp, x, approximate="none"):
 @module(nn.GELU)
 def _m_gelu(imp, m, x):
     return _gelu(imp, x, m.approximate)
-
-
-@function(F.softplus)
-def _softplus(imp, x, beta=1.0, threshold=20.0):
-    if beta != 1:
-        raise Untranslatable("beta != 1")
-    return imp.op("Softplus", tensor(x))
-
-
-@module(nn.Softplus)
-def _m_softplus(imp, m, x):
-    return _softplus(imp, x, m.beta, m.threshold)
 
 
 def _softmax_like(op_name):
@@ -662,6 +656,8 @@ def _f_embedding(imp, idx, weight, padding_idx=None, max_norm=None, norm_type=2.
                  sparse=False):
     if max_norm is not None or scale_grad_by_freq:
         raise Untranslatable("max_norm / scale_grad_by_freq")
+    if padding_idx is not None and imp.training:
+        raise Untranslatable("padding_idx in training (its row gets no gradient)")
     return imp.op("Gather", tensor(weight), tensor(idx), axis=0)
 
 
@@ -669,6 +665,8 @@ def _f_embedding(imp, idx, weight, padding_idx=None, max_norm=None, norm_type=2.
 def _m_embedding(imp, m, idx):
     if m.max_norm is not None or m.scale_grad_by_freq:
         raise Untranslatable("max_norm / scale_grad_by_freq")
+    if m.padding_idx is not None and imp.module_training(m):
+        raise Untranslatable("padding_idx in training (its row gets no gradient)")
     return imp.op("Gather", imp.param(m, "weight"), tensor(idx), axis=0)
 
 
@@ -768,6 +766,8 @@ def layer_norm(imp, x, normalized_shape, weight, bias, eps):
     n = len(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else 1
     if weight is None:
         weight = imp.const(np.ones(imp.shape_of(x)[-n:], x.dtype))
+    if bias is None:  # explicit zeros: onnxruntime 1.32 crashes on a LayerNormalization without its bias
+        bias = imp.const(np.zeros(imp.shape_of(x)[-n:], x.dtype))
     return imp.op("LayerNormalization", x, weight, bias, axis=-n, epsilon=float(eps))
 
 
@@ -850,7 +850,15 @@ def adaptive_pool(imp, x, output_size, n: int, kind: str):
     if all(o == 1 for o in out):
         return imp.op("GlobalAveragePool" if kind == "avg" else "GlobalMaxPool", x)
     if any(s % o for s, o in zip(spatial, out)):
-        raise Untranslatable(f"input {spatial} does not divide into output {out}")
+        # uneven windows: pooling is separable, so reduce one axis at a time over its exact windows
+        if sum(o for s, o in zip(spatial, out) if s != o) > 64:
+            raise Untranslatable(f"input {spatial} does not divide into output {out} (too many windows)")
+        need("Slice")
+        y = x
+        for i, (s, o) in enumerate(zip(spatial, out)):
+            if s != o:
+                y = _adaptive_axis(imp, y, 2 + i, s, o, kind)
+        return y
     k = [s // o for s, o in zip(spatial, out)]
     if kind == "avg":
         return imp.op("AveragePool", x, kernel_shape=k, strides=k)
@@ -881,6 +889,621 @@ def _f_pad(imp, x, pad, mode="constant", value=None):
     ends = [int(pad[2 * i + 1]) for i in range(k)]
     cv = None if value in (None, 0, 0.0) or mode != "constant" else imp.scalar_like(value, x)
     return imp.op("Pad", x, imp.ints(begins + ends), cv, imp.ints(axes), mode=modes[mode])
+
+
+# ---------------------------------------------------------------------------------- resampling
+_NEAREST = {"nearest": ("asymmetric", "floor"), "nearest-exact": ("half_pixel", "round_prefer_ceil")}
+_LINEAR = {"linear": ("linear", 1), "bilinear": ("linear", 2), "trilinear": ("linear", 3), "bicubic": ("cubic", 2)}
+
+
+def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """F.interpolate as Resize over the spatial axes (the batch axis stays free)."""
+    x = tensor(x)
+    need("Resize")
+    shape = imp.shape_of(x)
+    n = len(shape) - 2
+    example = imp.example_of()
+    if n < 1 or not isinstance(example, torch.Tensor):
+        raise Untranslatable("input without spatial axes")
+    out = [int(d) for d in example.shape[2:]]
+    if antialias:
+        raise Untranslatable("antialias")
+    if mode == "area":
+        return adaptive_pool(imp, x, out, n, "avg")
+    if mode in _NEAREST:
+        ctm, nearest_mode = _NEAREST[mode]
+        attrs = dict(mode="nearest", coordinate_transformation_mode=ctm, nearest_mode=nearest_mode)
+    elif mode in _LINEAR:
+        kind, dims = _LINEAR[mode]
+        if dims != n:
+            raise Untranslatable(f"mode {mode} on a {n}-d input")
+        attrs = dict(mode=kind, coordinate_transformation_mode="align_corners" if align_corners else "half_pixel")
+        if kind == "cubic":
+            attrs["cubic_coeff_a"] = -0.75
+    else:
+        raise Untranslatable(f"mode {mode}")
+    axes = list(range(2, n + 2))
+    if size is not None or recompute_scale_factor:
+        return imp.op("Resize", x, None, None, imp.ints(out), axes=axes, **attrs)
+    scales = np.array([float(s) for s in _pair(scale_factor, n)], np.float32)
+    if [int(math.floor(float(s) * d)) for s, d in zip(scales, shape[2:])] != out:
+        raise Untranslatable(f"scale_factor {scale_factor} in float32 gives another output size than {out}")
+    return imp.op("Resize", x, None, imp.const(scales), None, axes=axes, **attrs)
+
+
+FUNCTIONS[F.interpolate] = interpolate
+FUNCTIONS[F.upsample] = interpolate
+
+
+@function(F.upsample_nearest)
+def _upsample_nearest(imp, x, size=None, scale_factor=None):
+    return interpolate(imp, x, size, scale_factor, "nearest")
+
+
+@function(F.upsample_bilinear)
+def _upsample_bilinear(imp, x, size=None, scale_factor=None):
+    return interpolate(imp, x, size, scale_factor, "bilinear", align_corners=True)
+
+
+@module(nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)
+def _m_upsample(imp, m, x):
+    return interpolate(imp, x, m.size, m.scale_factor, m.mode, m.align_corners,
+                       getattr(m, "recompute_scale_factor", None))
+
+
+def _adaptive_axis(imp, x, axis: int, in_len: int, out_len: int, kind: str):
+    """Exact adaptive pooling along one axis: output i reduces input [floor(i*L/n), ceil((i+1)*L/n))."""
+    reduce = "ReduceMean" if kind == "avg" else "ReduceMax"
+    parts = []
+    for i in range(out_len):
+        start, end = (i * in_len) // out_len, -(-((i + 1) * in_len) // out_len)
+        piece = imp.op("Slice", x, imp.ints([start]), imp.ints([end]), imp.ints([axis]))
+        parts.append(imp.op(reduce, piece, imp.ints([axis]), keepdims=1))
+    return parts[0] if len(parts) == 1 else imp.op("Concat", *parts, axis=axis)
+
+
+# ---------------------------------------------------------------------------------- more normalization
+def _channel_affine(imp, y, weight, bias, r: int):
+    """y * weight + bias with per-channel (axis 1) parameters."""
+    if weight is None and bias is None:
+        return y
+    shape = imp.ints([-1] + [1] * (r - 2))
+    if weight is not None:
+        y = imp.op("Mul", y, imp.op("Reshape", tensor(weight, "weight"), shape))
+    if bias is not None:
+        y = imp.op("Add", y, imp.op("Reshape", tensor(bias, "bias"), shape))
+    return y
+
+
+def group_norm(imp, x, groups: int, weight, bias, eps: float):
+    """GroupNorm: LayerNormalization over each group's (channels x spatial) view, then the channel affine."""
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) < 2 or shape[1] % groups:
+        raise Untranslatable(f"{shape[1] if len(shape) > 1 else '?'} channels in {groups} groups")
+    per_group = int(np.prod(shape[1:])) // groups
+    y = imp.op("Reshape", x, imp.ints([0, groups, per_group]))
+    y = imp.op("LayerNormalization", y, imp.const(np.ones(per_group, x.dtype)), imp.const(np.zeros(per_group, x.dtype)),
+               axis=-1, epsilon=float(eps))
+    y = imp.op("Reshape", y, imp.ints([0] + list(shape[1:])))
+    return _channel_affine(imp, y, weight, bias, len(shape))
+
+
+@function(F.group_norm)
+def _f_group_norm(imp, x, num_groups, weight=None, bias=None, eps=1e-5):
+    return group_norm(imp, x, int(num_groups), weight, bias, eps)
+
+
+@module(nn.GroupNorm)
+def _m_group_norm(imp, m, x):
+    return group_norm(imp, x, m.num_groups, imp.param(m, "weight"), imp.param(m, "bias"), m.eps)
+
+
+def instance_norm(imp, x, running_mean, running_var, weight, bias, use_input_stats, eps):
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) < 3:
+        raise Untranslatable("unbatched instance norm")
+    if use_input_stats:
+        return group_norm(imp, x, shape[1], weight, bias, eps)
+    return batch_norm(imp, x, running_mean, running_var, weight, bias, False, 0.1, eps)
+
+
+@function(F.instance_norm)
+def _f_instance_norm(imp, x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                     momentum=0.1, eps=1e-5):
+    if use_input_stats and running_mean is not None:
+        raise Untranslatable("instance norm updating running statistics")
+    return instance_norm(imp, x, running_mean, running_var, weight, bias, use_input_stats, eps)
+
+
+@module(nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
+def _m_instance_norm(imp, m, x):
+    use_input_stats = m.training or not m.track_running_stats
+    if imp.mode == "inference":
+        use_input_stats = not m.track_running_stats
+    if use_input_stats and m.track_running_stats:
+        raise Untranslatable("instance norm updating running statistics in training")
+    x = tensor(x)
+    if len(imp.shape_of(x)) != {nn.InstanceNorm1d: 3, nn.InstanceNorm2d: 4, nn.InstanceNorm3d: 5}[type(m)]:
+        raise Untranslatable("unbatched instance norm")
+    mean = imp.param(m, "running_mean") if m.track_running_stats else None
+    var = imp.param(m, "running_var") if m.track_running_stats else None
+    w = imp.param(m, "weight") if m.affine else None
+    b = imp.param(m, "bias") if m.affine else None
+    return instance_norm(imp, x, mean, var, w, b, use_input_stats, m.eps)
+
+
+@function(F.normalize)
+def _f_normalize(imp, x, p=2.0, dim=1, eps=1e-12, out=None):
+    x = tensor(x)
+    if p != 2 or out is not None:
+        raise Untranslatable("p != 2 or out=")
+    axis = norm_axis(dim, rank(x))
+    norm = imp.op("Sqrt", imp.op("ReduceSum", imp.op("Mul", x, x), imp.ints([axis]), keepdims=1))
+    return imp.op("Div", x, imp.op("Max", norm, imp.scalar_like(eps, x)))
+
+
+# ---------------------------------------------------------------------------------- more activations
+def prelu(imp, x, weight):
+    x, w = tensor(x), tensor(weight, "weight")
+    r = rank(x)
+    count = int(np.prod(imp.shape_of(w)))
+    if count > 1 and r >= 2:
+        w = imp.op("Reshape", w, imp.ints([count] + [1] * (r - 2)))
+    return imp.op("PRelu", x, w)
+
+
+FUNCTIONS[F.prelu] = prelu
+FUNCTIONS[torch.prelu] = prelu
+MODULES[nn.PReLU] = lambda imp, m, x: prelu(imp, x, imp.param(m, "weight"))
+
+_SELU = dict(alpha=1.6732632423543772, gamma=1.0507009873554805)
+
+
+@function(F.selu, torch.selu)
+def _selu(imp, x, inplace=False):
+    return imp.op("Selu", tensor(x), **_SELU)
+
+
+MODULES[nn.SELU] = lambda imp, m, x: _selu(imp, x)
+
+
+@function(F.celu, torch.celu)
+def _celu(imp, x, alpha=1.0, inplace=False):
+    x = tensor(x)
+    if alpha == 1.0:
+        return imp.op("Elu", x, alpha=1.0)
+    a = imp.scalar_like(alpha, x)
+    return imp.op("Mul", imp.op("Elu", imp.op("Div", x, a), alpha=1.0), a)
+
+
+MODULES[nn.CELU] = lambda imp, m, x: _celu(imp, x, m.alpha)
+
+
+def softplus(imp, x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's linear regime)."""
+    x = tensor(x)
+    bx = x if beta == 1 else imp.op("Mul", x, imp.scalar_like(beta, x))
+    y = imp.op("Softplus", bx)
+    if beta != 1:
+        y = imp.op("Div", y, imp.scalar_like(beta, x))
+    if threshold < 20 or beta != 1:
+        y = imp.op("Where", imp.op("Greater", bx, imp.scalar_like(threshold, x)), x, y)
+    return y
+
+
+FUNCTIONS[F.softplus] = softplus
+MODULES[nn.Softplus] = lambda imp, m, x: softplus(imp, x, m.beta, m.threshold)
+
+
+@function(F.logsigmoid)
+def _logsigmoid(imp, x):
+    x = tensor(x)
+    return imp.op("Neg", imp.op("Softplus", imp.op("Neg", x)))
+
+
+MODULES[nn.LogSigmoid] = lambda imp, m, x: _logsigmoid(imp, x)
+
+
+@function(F.tanhshrink)
+def _tanhshrink(imp, x):
+    x = tensor(x)
+    return imp.op("Sub", x, imp.op("Tanh", x))
+
+
+MODULES[nn.Tanhshrink] = lambda imp, m, x: _tanhshrink(imp, x)
+
+
+@function(F.threshold)
+def _threshold(imp, x, threshold, value, inplace=False):
+    x = tensor(x)
+    return imp.op("Where", imp.op("Greater", x, imp.scalar_like(threshold, x)), x, imp.scalar_like(value, x))
+
+
+MODULES[nn.Threshold] = lambda imp, m, x: _threshold(imp, x, m.threshold, m.value)
+
+
+@function(F.glu)
+def _glu(imp, x, dim=-1):
+    x = tensor(x)
+    axis = norm_axis(dim, rank(x))
+    n = imp.shape_of(x)[axis]
+    if n % 2:
+        raise Untranslatable("odd size along the gated axis")
+    a, b = _split(imp, x, [n // 2, n // 2], axis)
+    return imp.op("Mul", a, imp.op("Sigmoid", b))
+
+
+MODULES[nn.GLU] = lambda imp, m, x: _glu(imp, x, m.dim)
+MODULES[nn.Softmax2d] = lambda imp, m, x: _softmax_like("Softmax")(imp, x, -3)
+MODULES[nn.Softmin] = lambda imp, m, x: _softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), m.dim)
+
+
+@function(F.softmin)
+def _softmin(imp, x, dim=None, _stacklevel=3, dtype=None):
+    return _softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), dim, dtype=dtype)
+
+
+@function(torch.square)
+@method("square")
+def _square(imp, x):
+    x = tensor(x)
+    return imp.op("Mul", x, x)
+
+
+for _op, _fns, _methods in (("Sign", (torch.sign,), ("sign",)), ("Round", (torch.round,), ()),
+                            ("Exp", (torch.exp_,), ("exp_",)), ("Sqrt", (torch.sqrt_,), ("sqrt_",)),
+                            ("Abs", (torch.abs_,), ("abs_",)), ("Neg", (), ("neg_",)),
+                            ("Reciprocal", (), ("reciprocal_",))):
+    FUNCTIONS.update({t: _unary(_op) for t in _fns})
+    METHODS.update({m: _unary(_op) for m in _methods})
+
+
+@method("round")
+def _m_round(imp, x, decimals=0):
+    if decimals:
+        raise Untranslatable("decimals")
+    return imp.op("Round", tensor(x))
+
+
+@function(torch.log1p)
+@method("log1p")
+def _log1p(imp, x):
+    x = tensor(x)
+    return imp.op("Log", imp.op("Add", x, imp.scalar_like(1, x)))
+
+
+@function(torch.expm1)
+@method("expm1")
+def _expm1(imp, x):
+    x = tensor(x)
+    return imp.op("Sub", imp.op("Exp", x), imp.scalar_like(1, x))
+
+
+# ---------------------------------------------------------------------------------- comparison and logic
+def _compare(op_name, negate=False):
+    def conv(imp, a, b, *, out=None):
+        if out is not None:
+            raise Untranslatable("out= argument")
+        a, b = _operands(imp, a, b)
+        y = imp.op(op_name, a, b)
+        return imp.op("Not", y) if negate else y
+    return conv
+
+
+for _op, _neg, _fns, _methods in (
+        ("Less", False, (operator.lt, torch.lt, torch.less), ("lt", "less", "__lt__")),
+        ("LessOrEqual", False, (operator.le, torch.le, torch.less_equal), ("le", "__le__")),
+        ("Greater", False, (operator.gt, torch.gt, torch.greater), ("gt", "greater", "__gt__")),
+        ("GreaterOrEqual", False, (operator.ge, torch.ge, torch.greater_equal), ("ge", "__ge__")),
+        ("Equal", False, (operator.eq, torch.eq), ("eq", "__eq__")),
+        ("Equal", True, (operator.ne, torch.ne, torch.not_equal), ("ne", "__ne__"))):
+    FUNCTIONS.update({t: _compare(_op, _neg) for t in _fns})
+    METHODS.update({m: _compare(_op, _neg) for m in _methods})
+
+
+def _logical(op_name, bitwise: bool):
+    def conv(imp, a, b):
+        a, b = _operands(imp, a, b)
+        if bitwise and a.dtype != "bool":
+            raise Untranslatable(f"bitwise {op_name} of {a.dtype} tensors")
+        if not bitwise:
+            a = a if a.dtype == "bool" else imp.op("Cast", a, to="bool")
+            b = b if b.dtype == "bool" else imp.op("Cast", b, to="bool")
+        return imp.op(op_name, a, b)
+    return conv
+
+
+for _op, _fns, _methods, _logic in (
+        ("And", (operator.and_, torch.bitwise_and), ("__and__", "bitwise_and"), (torch.logical_and, "logical_and")),
+        ("Or", (operator.or_, torch.bitwise_or), ("__or__", "bitwise_or"), (torch.logical_or, "logical_or")),
+        ("Xor", (operator.xor, torch.bitwise_xor), ("__xor__", "bitwise_xor"), (torch.logical_xor, "logical_xor"))):
+    FUNCTIONS.update({t: _logical(_op, True) for t in _fns})
+    METHODS.update({m: _logical(_op, True) for m in _methods})
+    FUNCTIONS[_logic[0]] = _logical(_op, False)
+    METHODS[_logic[1]] = _logical(_op, False)
+
+
+@function(operator.invert, torch.bitwise_not, torch.logical_not)
+@method("__invert__", "bitwise_not", "logical_not")
+def _not(imp, x):
+    x = tensor(x)
+    if x.dtype != "bool":
+        if imp.current.target in (torch.logical_not, "logical_not"):
+            x = imp.op("Cast", x, to="bool")
+        else:
+            raise Untranslatable(f"bitwise not of a {x.dtype} tensor")
+    return imp.op("Not", x)
+
+
+# ---------------------------------------------------------------------------------- max / min
+def _max_min(kind: str):
+    """torch.max / torch.min in their three forms: over everything, along a dim (values, indices), and
+    elementwise between two tensors."""
+    reduce, arg, binary = ("ReduceMax", "ArgMax", "Max") if kind == "max" else ("ReduceMin", "ArgMin", "Min")
+    result_type = torch.return_types.max if kind == "max" else torch.return_types.min
+
+    def conv(imp, x, dim=None, keepdim=False, *, out=None):
+        if out is not None:
+            raise Untranslatable("out= argument")
+        x = tensor(x)
+        if isinstance(dim, Value):
+            a, b = _operands(imp, x, dim)
+            return imp.op(binary, a, b)
+        r = rank(x)
+        if dim is None:
+            return imp.op(reduce, x, imp.ints(range(r)), keepdims=0)
+        axis = norm_axis(dim, r)
+        values = imp.op(reduce, x, imp.ints([axis]), keepdims=int(bool(keepdim)))
+        indices = imp.op(arg, x, axis=axis, keepdims=int(bool(keepdim)))
+        return result_type((values, indices))
+    return conv
+
+
+FUNCTIONS.update({torch.max: _max_min("max"), torch.min: _max_min("min")})
+METHODS.update({"max": _max_min("max"), "min": _max_min("min")})
+
+
+def _elementwise(op_name):
+    def conv(imp, a, b, *, out=None):
+        a, b = _operands(imp, a, b)
+        return imp.op(op_name, a, b)
+    return conv
+
+
+FUNCTIONS.update({torch.maximum: _elementwise("Max"), torch.minimum: _elementwise("Min")})
+METHODS.update({"maximum": _elementwise("Max"), "minimum": _elementwise("Min")})
+
+
+def _reduce_all_or(op_name):
+    def conv(imp, x, dim=(), keepdim=False, *, out=None):
+        x = tensor(x)
+        if out is not None:
+            raise Untranslatable("out= argument")
+        r = rank(x)
+        dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
+        return imp.op(op_name, x, imp.ints([norm_axis(d, r) for d in dims]), keepdims=int(bool(keepdim)))
+    return conv
+
+
+FUNCTIONS.update({torch.amax: _reduce_all_or("ReduceMax"), torch.amin: _reduce_all_or("ReduceMin")})
+METHODS.update({"amax": _reduce_all_or("ReduceMax"), "amin": _reduce_all_or("ReduceMin")})
+
+
+def _argmax_like(op_name):
+    def conv(imp, x, dim=None, keepdim=False):
+        x = tensor(x)
+        if dim is None:
+            flat = imp.op("Reshape", x, imp.ints([-1]))
+            y = imp.op(op_name, flat, axis=0, keepdims=0)
+            return imp.op("Reshape", y, imp.ints([1] * rank(x))) if keepdim else y
+        return imp.op(op_name, x, axis=norm_axis(dim, rank(x)), keepdims=int(bool(keepdim)))
+    return conv
+
+
+FUNCTIONS.update({torch.argmax: _argmax_like("ArgMax"), torch.argmin: _argmax_like("ArgMin")})
+METHODS.update({"argmax": _argmax_like("ArgMax"), "argmin": _argmax_like("ArgMin")})
+
+
+@function(torch.clamp_min)
+@method("clamp_min", "clamp_min_")
+def _clamp_min(imp, x, min):
+    return _clamp(imp, x, min, None)
+
+
+@function(torch.clamp_max)
+@method("clamp_max", "clamp_max_")
+def _clamp_max(imp, x, max):
+    return _clamp(imp, x, None, max)
+
+
+# ---------------------------------------------------------------------------------- statistics
+def _moments(kind: str):
+    """var / std (and var_mean / std_mean) with torch's `correction` (unbiased=True is correction=1)."""
+
+    def conv(imp, x, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+        x = tensor(x)
+        if isinstance(dim, bool):  # x.var(False): the old unbiased-only form
+            dim, unbiased = None, dim
+        if out is not None:
+            raise Untranslatable("out= argument")
+        if correction is None:
+            correction = 1 if unbiased in (None, True) else 0
+        r = rank(x)
+        shape = imp.shape_of(x)
+        dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
+        axes = [norm_axis(d, r) for d in dims]
+        count = int(np.prod([shape[a] for a in axes]))
+        mean = imp.op("ReduceMean", x, imp.ints(axes), keepdims=1)
+        d = imp.op("Sub", x, mean)
+        ss = imp.op("ReduceSum", imp.op("Mul", d, d), imp.ints(axes), keepdims=int(bool(keepdim)))
+        var = imp.op("Div", ss, imp.scalar_like(float(max(count - correction, 0)), x))
+        y = imp.op("Sqrt", var) if kind.startswith("std") else var
+        if kind.endswith("_mean"):
+            return y, mean if keepdim else imp.op("ReduceMean", x, imp.ints(axes), keepdims=0)
+        return y
+    return conv
+
+
+for _kind in ("var", "std"):
+    FUNCTIONS[getattr(torch, _kind)] = _moments(_kind)
+    METHODS[_kind] = _moments(_kind)
+    FUNCTIONS[getattr(torch, _kind + "_mean")] = _moments(_kind + "_mean")
+
+
+# ---------------------------------------------------------------------------------- more shapes
+@function(torch.unbind)
+@method("unbind")
+def _unbind(imp, x, dim=0):
+    x = tensor(x)
+    axis = norm_axis(dim, rank(x))
+    return tuple(imp.op("Gather", x, imp.const(np.int64(i)), axis=axis) for i in range(imp.shape_of(x)[axis]))
+
+
+@method("repeat")
+def _repeat(imp, x, *sizes):
+    x = tensor(x)
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
+        sizes = sizes[0]
+    sizes = [int(s) for s in sizes]
+    r = rank(x)
+    if len(sizes) < r:
+        raise Untranslatable("fewer repeats than dimensions")
+    if len(sizes) > r:
+        x = imp.op("Reshape", x, imp.ints([1] * (len(sizes) - r) + list(imp.shape_of(x))))
+    need("Tile")
+    return imp.op("Tile", x, imp.ints(sizes))
+
+
+@function(torch.tile)
+@method("tile")
+def _tile(imp, x, *dims):
+    x = tensor(x)
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
+        dims = dims[0]
+    dims = [1] * (rank(x) - len(dims)) + [int(d) for d in dims]
+    return _repeat(imp, x, dims)
+
+
+@function(torch.repeat_interleave)
+@method("repeat_interleave")
+def _repeat_interleave(imp, x, repeats, dim=None, *, output_size=None):
+    x = tensor(x)
+    if not isinstance(repeats, int) or dim is None:
+        raise Untranslatable("tensor repeats or no dim")
+    shape = list(imp.shape_of(x))
+    axis = norm_axis(dim, len(shape))
+    y = imp.op("Unsqueeze", x, imp.ints([axis + 1]))
+    y = imp.op("Tile", y, imp.ints([1] * (axis + 1) + [repeats] + [1] * (len(shape) - axis - 1)))
+    shape[axis] *= repeats
+    return imp.op("Reshape", y, imp.ints([0] + shape[1:] if axis else shape))
+
+
+@method("view_as", "reshape_as")
+def _view_as(imp, x, other):
+    other = tensor(other)
+    shape = imp.shape_of(other)
+    return imp.op("Reshape", tensor(x), imp.ints(shape))
+
+
+@method("type_as")
+def _type_as(imp, x, other):
+    x, other = tensor(x), tensor(other)
+    return x if x.dtype == other.dtype else imp.op("Cast", x, to=other.dtype)
+
+
+@function(torch.broadcast_to)
+def _broadcast_to(imp, x, size):
+    return _expand(imp, x, *size)
+
+
+@function(torch.movedim, torch.moveaxis)
+@method("movedim", "moveaxis")
+def _movedim(imp, x, source, destination):
+    x = tensor(x)
+    r = rank(x)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    src, dst = [norm_axis(s, r) for s in src], [norm_axis(d, r) for d in dst]
+    rest = [a for a in range(r) if a not in src]
+    perm = [None] * r
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(rest)
+    perm = [p if p is not None else next(it) for p in perm]
+    return imp.op("Transpose", x, perm=perm)
+
+
+@function(torch.swapaxes, torch.swapdims)
+@method("swapaxes", "swapdims")
+def _swapaxes(imp, x, a, b):
+    return _transpose(imp, x, a, b)
+
+
+def _constant_like(fill):
+    """zeros_like / ones_like / full_like: ConstantOfShape of the input's shape (a dynamic batch stays free)."""
+
+    def conv(imp, x, *args, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
+             memory_format=None):
+        x = tensor(x)
+        value = fill if fill is not None else args[0]
+        if isinstance(value, Value):
+            raise Untranslatable("tensor fill value")
+        dt = str(dtype).replace("torch.", "") if dtype is not None else x.dtype
+        shape = imp.op("Shape", x)
+        return imp.op("ConstantOfShape", shape, value=np.array([value], dtype=dt))
+    return conv
+
+
+FUNCTIONS.update({torch.zeros_like: _constant_like(0), torch.ones_like: _constant_like(1),
+                  torch.full_like: _constant_like(None)})
+
+
+@method("new_zeros", "new_ones", "new_full", "new_tensor")
+def _new_constant(imp, x, *args, **kwargs):
+    example = imp.example_of()
+    if not isinstance(example, torch.Tensor):
+        raise Untranslatable("no example value")
+    return imp.const(tensor_to_numpy_(example))
+
+
+def tensor_to_numpy_(t: torch.Tensor) -> np.ndarray:
+    from aiacc.plugins.torch.importer import tensor_to_numpy
+
+    return tensor_to_numpy(t)
+
+
+@method("fill_", "zero_")
+def _fill(imp, x, value=0):
+    x = tensor(x)
+    if isinstance(value, Value):
+        raise Untranslatable("tensor fill value")
+    return imp.op("ConstantOfShape", imp.op("Shape", x), value=np.array([value], dtype=x.dtype))
+
+
+@method("item", "tolist")
+def _item(imp, x):
+    raise Untranslatable("reads a tensor's value into Python (data-dependent)")
+
+
+# ---------------------------------------------------------------------------------- padding modules
+def _pad_module(mode):
+    def conv(imp, m, x):
+        value = getattr(m, "value", 0.0) if mode == "constant" else None
+        return _f_pad(imp, x, list(m.padding), mode, value)
+    return conv
+
+
+for _mode, _types in (("constant", ("ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d",
+                                    "ConstantPad3d")),
+                      ("reflect", ("ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d")),
+                      ("replicate", ("ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d")),
+                      ("circular", ("CircularPad1d", "CircularPad2d", "CircularPad3d"))):
+    for _t in _types:
+        if hasattr(nn, _t):
+            MODULES[getattr(nn, _t)] = _pad_module(_mode)
 
 
 LEAF_TYPES: tuple[type, ...] = ()  # filled in by attention.py (modules aiacc decomposes itself)

@@ -520,3 +520,4 @@ def _linear_special(x: Value, w, bias: Value | None):
 
 
 from aiacc.plugins.torch import lowerings  # noqa: E402,F401  (fills LOWERINGS)
+from aiacc.plugins.torch import lowerings_extra  # noqa: E402,F401  (Resize, Tile, ArgMax, ...)
