@@ -1,10 +1,13 @@
 """TensorFlow zoo: keras.applications ResNet50 and MobileNetV2 (weights=None) and a Keras BERT-style
-encoder, random weights from fixed seeds, NHWC image inputs. See aiacc.zoo for sizes."""
+encoder, random weights from fixed seeds, NHWC image inputs. See aiacc.zoo for sizes. The test zoo
+(tests/zoo/tf_models.py) builds its small ResNet50 and MobileNetV2 with these builders."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
+
+from aiacc.errors import UnsupportedError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -16,11 +19,15 @@ def _keras():
 
 
 def randomize_batchnorm(model, seed: int) -> None:
-    """Random gamma, beta, moving mean and (positive) variance in every BatchNormalization layer."""
+    """Random gamma, beta, moving mean and (positive) variance in every BatchNormalization layer (each must
+    have gamma and beta)."""
     keras = _keras()
     rng = np.random.default_rng(seed)
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
+            if not (layer.scale and layer.center):
+                raise UnsupportedError(f"{layer.name}: randomize_batchnorm expects a BatchNormalization with "
+                                       f"gamma and beta (scale=True, center=True)")
             gamma, beta, mean, var = layer.get_weights()
             layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape).astype(gamma.dtype),
                                (0.1 * rng.standard_normal(beta.shape)).astype(beta.dtype),

@@ -12,6 +12,9 @@ import os
 
 import numpy as np
 
+from aiacc.zoo import tf_models as bundled
+from aiacc.zoo.tf_models import randomize_batchnorm  # random BatchNorm statistics, as the bundled models
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -27,44 +30,21 @@ def _keras():
     return keras
 
 
-def randomize_batchnorm(model, seed: int = 0) -> None:
-    """Give every BatchNormalization layer random gamma, beta, moving mean and variance (>0)."""
-    keras = _keras()
-    rng = np.random.default_rng(seed)
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.BatchNormalization):
-            if not (layer.scale and layer.center):
-                raise ValueError(f"{layer.name}: expected gamma and beta")
-            gamma, beta, mean, var = layer.get_weights()
-            layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape).astype(gamma.dtype),
-                               (0.1 * rng.standard_normal(beta.shape)).astype(beta.dtype),
-                               (0.1 * rng.standard_normal(mean.shape)).astype(mean.dtype),
-                               rng.uniform(0.5, 1.5, var.shape).astype(var.dtype)])
-
-
 def _image(batch=2, size=64, channels=3, seed=0):
     return np.random.default_rng(seed).random((batch, size, size, channels), dtype=np.float32)
 
 
 @functools.lru_cache(maxsize=None)
 def resnet50():
-    """keras.applications.ResNet50, random weights, 64x64 input, logits out."""
-    keras = _keras()
-    keras.utils.set_random_seed(0)
-    model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), classifier_activation=None)
-    randomize_batchnorm(model, 1)
-    return model, _image()
+    """keras.applications.ResNet50 (the bundled builder), random weights, 64x64 input, logits out."""
+    return bundled.resnet50(size=64)[0], _image()
 
 
 @functools.lru_cache(maxsize=None)
 def mobilenet_v2():
-    """keras.applications.MobileNetV2 (depthwise convs, Relu6, ZeroPadding), random weights, 64x64."""
-    keras = _keras()
-    keras.utils.set_random_seed(0)
-    model = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3), classifier_activation=None,
-                                            alpha=0.5)
-    randomize_batchnorm(model, 2)
-    return model, _image(seed=1)
+    """keras.applications.MobileNetV2 (depthwise convs, Relu6, ZeroPadding; the bundled builder), random
+    weights, width 0.5, 64x64."""
+    return bundled.mobilenet_v2(size=64, alpha=0.5)[0], _image(seed=1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType
-from aiacc.errors import ShapeError, UnsupportedError
+from aiacc.errors import KernelError, ShapeError, UnsupportedError
 from aiacc.plugins.base import Translator
 from aiacc.plugins.mxnet._import import import_mxnet
 from aiacc.plugins.mxnet.symjson import MxSymbol, parse_symbol_json
@@ -247,7 +247,13 @@ class MXNetTranslator(Translator):
             if isinstance(arrays, dict):
                 arrays = list(arrays.values())
         nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
-        return _flatten_outputs(model(*nd))
+        try:
+            return _flatten_outputs(model(*nd))
+        except mx.base.MXNetError as e:  # MXNet runs lazily: errors surface when outputs are read
+            from aiacc.plugins.mxnet.mxrun import _mx_error
+
+            raise KernelError(f"MXNet failed to run {type(model).__name__} on the example inputs: "
+                              f"{_mx_error(e)}") from None
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         arrays = example_arrays(example_inputs)
