@@ -695,7 +695,13 @@ def _expand(ex, node):
 
 @emits("Tile")
 def _tile(ex, node):
-    ex.set(node.outputs[0], tf().tile(ex.std(node.inputs[0]), ex.std(node.inputs[1])))
+    x_v = node.inputs[0]
+    reps = ex.const(node.inputs[1])
+    if reps is not None and ex.flagged(x_v) and ex.rank(x_v) == 4:
+        reps = np.asarray(reps, np.int64).reshape(-1)[list(TO_NHWC)]
+        ex.set(node.outputs[0], tf().tile(ex.env_entry(x_v)[0], reps), True)
+        return
+    ex.set(node.outputs[0], tf().tile(ex.std(x_v), ex.std(node.inputs[1])))
 
 
 # ------------------------------------------------------------------------------------------ opaque TF ops
@@ -798,3 +804,90 @@ def _fused_gemm(ex, node):
         else:
             y = y + beta * ex.std(node.inputs[2])
     ex.set(node.outputs[0], _activation(node, y))
+
+
+# ------------------------------------------------------------------------------------------ transposed conv
+@emits("ConvTranspose")
+def _conv_transpose(ex, node):
+    """2-D ConvTranspose -> Conv2DBackpropInput (NHWC) with explicit paddings (+ BiasAdd)."""
+    from aiacc.core.ops.nn import convtranspose_pads
+
+    tfm = tf()
+    x_v, w_v = node.inputs[0], node.inputs[1]
+    b_v = node.inputs[2] if len(node.inputs) > 2 else None
+    w = _conv_weight(ex, node, w_v)
+    if w.ndim != 4 or int(node.attr("group") or 1) != 1:
+        raise UnsupportedError(f"node {node.name} (ConvTranspose): only 2-D ungrouped transposed convolutions "
+                               f"lower to TF")
+    kernel = list(node.attr("kernel_shape") or w.shape[2:])
+    strides = _ints(node, "strides", [1, 1])
+    dilations = _ints(node, "dilations", [1, 1])
+    spatial = None if x_v.shape is None else list(x_v.shape[2:])
+    if spatial is None or not all(isinstance(d, int) for d in spatial) or dilations != [1, 1]:
+        raise UnsupportedError(f"node {node.name} (ConvTranspose): the TF lowering needs static spatial sizes "
+                               f"and no dilation")
+    pads, out_pad, sizes = convtranspose_pads(spatial, kernel, strides, dilations, {
+        "auto_pad": node.attr("auto_pad"), "pads": node.attr("pads"), "output_padding": node.attr("output_padding"),
+        "output_shape": node.attr("output_shape")})
+    # TF crops [begin, begin + size) of the full result; an end pad absorbs output_padding when < stride
+    if min(pads) < 0 or any(p >= s for p, s in zip(out_pad, strides)):
+        raise UnsupportedError(f"node {node.name} (ConvTranspose): pads {pads} / output_padding {out_pad} have "
+                               f"no TF equivalent")
+    x = ex.nhwc(x_v)
+    cout = w.shape[1]
+    batch = tfm.shape(x)[0]
+    out_sizes = tfm.stack([batch, tfm.constant(sizes[0]), tfm.constant(sizes[1]), tfm.constant(cout)])
+    filt = tfm.constant(np.ascontiguousarray(w.transpose(2, 3, 1, 0)))  # IOHW -> HW O I
+    y = tfm.raw_ops.Conv2DBackpropInput(
+        input_sizes=out_sizes, filter=filt, out_backprop=x, strides=[1, strides[0], strides[1], 1],
+        padding="EXPLICIT", explicit_paddings=[0, 0, pads[0], pads[2], pads[1], pads[3], 0, 0], data_format="NHWC")
+    y.set_shape([None, sizes[0], sizes[1], cout])
+    if b_v is not None:
+        bias = ex.const(b_v)
+        if bias is None:
+            raise UnsupportedError(f"node {node.name} (ConvTranspose): the TF exporter needs a constant bias")
+        y = tfm.nn.bias_add(y, tfm.constant(bias.astype(w.dtype)))
+    ex.set(node.outputs[0], y, True)
+
+
+# ------------------------------------------------------------------------------------------ resize
+@emits("Resize")
+def _resize(ex, node):
+    """Resize over H and W of a 4-D tensor -> ResizeBilinear / ResizeNearestNeighbor (NHWC) where TF has the
+    same coordinate rule."""
+    tfm = tf()
+    x_v, y_v = node.inputs[0], node.outputs[0]
+    mode = node.attr("mode")
+    coord = node.attr("coordinate_transformation_mode")
+    nearest = node.attr("nearest_mode")
+    shape_in, shape_out = x_v.shape, y_v.shape
+    ok = shape_in is not None and shape_out is not None and len(shape_in) == 4 and \
+        all(isinstance(d, int) for d in shape_out[2:]) and shape_out[:2] == shape_in[:2] and \
+        not node.attr("antialias") and (node.attr("keep_aspect_ratio_policy") or "stretch") == "stretch"
+    h, w = (shape_out[2], shape_out[3]) if ok else (None, None)
+    if coord == "pytorch_half_pixel" and ok and h > 1 and w > 1:
+        coord = "half_pixel"
+    flags = None
+    if ok and mode == "linear" and x_v.dtype == "float32":
+        flags = {"align_corners": (True, False), "half_pixel": (False, True),
+                 "asymmetric": (False, False)}.get(coord)
+        fn = tfm.raw_ops.ResizeBilinear
+    elif ok and mode == "nearest":
+        flags = {("align_corners", "round_prefer_ceil"): (True, False),
+                 ("half_pixel", "round_prefer_ceil"): (False, True),
+                 ("tf_half_pixel_for_nn", "floor"): (False, True),
+                 ("asymmetric", "floor"): (False, False)}.get((coord, nearest))
+        fn = tfm.raw_ops.ResizeNearestNeighbor
+    if flags is None:
+        raise UnsupportedError(f"node {node.name} (Resize): mode {mode!r} with coordinate transformation "
+                               f"{coord!r} (nearest_mode {nearest!r}) on shape {shape_in} has no TF lowering")
+    y = fn(images=ex.nhwc(x_v), size=tfm.constant([h, w], tfm.int32), align_corners=flags[0],
+           half_pixel_centers=flags[1])
+    ex.set(y_v, y, True)
+
+
+@emits("Range")
+def _range(ex, node):
+    tfm = tf()
+    start, limit, delta = [ex.std(v) for v in node.inputs]
+    ex.set(node.outputs[0], tfm.range(start, limit, delta, dtype=start.dtype))

@@ -526,31 +526,64 @@ def _pad(imp, tfop):
 
 @handles("StridedSlice")
 def _strided_slice(imp, tfop):
+    """StridedSlice -> Slice (+ Squeeze for shrink_axis_mask, + Unsqueeze for new_axis_mask); the
+    ellipsis stands for the dimensions no other entry of the spec names."""
     x, b, e_, s = tfop.inputs
-    if _attr(tfop, "ellipsis_mask") or _attr(tfop, "new_axis_mask"):
+    rank = imp.rank(x)
+    if rank is None:
         return None
-    begin = imp.need_const(b, "non-constant begin").tolist()
-    end = imp.need_const(e_, "non-constant end").tolist()
-    strides = imp.need_const(s, "non-constant strides").tolist()
+    begin = [int(v) for v in np.asarray(imp.need_const(b, "non-constant begin")).reshape(-1)]
+    end = [int(v) for v in np.asarray(imp.need_const(e_, "non-constant end")).reshape(-1)]
+    strides = [int(v) for v in np.asarray(imp.need_const(s, "non-constant strides")).reshape(-1)]
     bm, em, sm = _attr(tfop, "begin_mask"), _attr(tfop, "end_mask"), _attr(tfop, "shrink_axis_mask")
-    starts, ends, axes, steps, squeeze = [], [], [], [], []
-    for i, (bi, ei, si) in enumerate(zip(begin, end, strides)):
-        if sm & (1 << i):
+    nm, elm = _attr(tfop, "new_axis_mask"), _attr(tfop, "ellipsis_mask")
+    n_spec = len(begin)
+    if bin(elm).count("1") > 1:
+        return None
+    consumed = sum(1 for i in range(n_spec) if not (nm >> i) & 1 and not (elm >> i) & 1)
+    starts, ends, axes, steps, squeeze, new_axes = [], [], [], [], [], []
+    dim = out_pos = 0
+    for i in range(n_spec):
+        if (elm >> i) & 1:
+            n_full = rank - consumed
+            dim += n_full
+            out_pos += n_full
+            continue
+        if (nm >> i) & 1:
+            if (sm >> i) & 1:
+                return None
+            new_axes.append(out_pos)
+            out_pos += 1
+            continue
+        if dim >= rank:
+            return None
+        bi, ei, si = begin[i], end[i], strides[i]
+        if (sm >> i) & 1:
             starts.append(bi)
             ends.append(bi + 1 if bi != -1 else INT_MAX)
             steps.append(1)
-            squeeze.append(i)
+            squeeze.append(dim)
         else:
-            starts.append((0 if si > 0 else INT_MAX) if bm & (1 << i) else bi)
-            ends.append((INT_MAX if si > 0 else -INT_MAX) if em & (1 << i) else ei)
+            out_pos += 1
+            if (bm >> i) & 1 and (em >> i) & 1 and si == 1:
+                dim += 1
+                continue  # the whole axis
+            starts.append((0 if si > 0 else INT_MAX) if (bm >> i) & 1 else bi)
+            ends.append((INT_MAX if si > 0 else -INT_MAX) if (em >> i) & 1 else ei)
             steps.append(si)
-        axes.append(i)
+        axes.append(dim)
+        dim += 1
     n = tfop.name
-    y = imp.emit1("Slice", [imp.plain(x), imp.ints(starts, n + "_starts"), imp.ints(ends, n + "_ends"),
-                            imp.ints(axes, n + "_axes"), imp.ints(steps, n + "_steps")], name=n + "_slice"
-                  if squeeze else n)
+    y = imp.plain(x)
+    if axes:
+        y = imp.emit1("Slice", [y, imp.ints(starts, n + "_starts"), imp.ints(ends, n + "_ends"),
+                                imp.ints(axes, n + "_axes"), imp.ints(steps, n + "_steps")], name=n + "_slice")
     if squeeze:
-        y = imp.emit1("Squeeze", [y, imp.ints(squeeze, n + "_squeeze_axes")], name=n)
+        y = imp.emit1("Squeeze", [y, imp.ints(squeeze, n + "_squeeze_axes")], name=n + "_squeeze")
+    if new_axes:
+        y = imp.emit1("Unsqueeze", [y, imp.ints(new_axes, n + "_new_axes")], name=n + "_unsqueeze")
+    if y is imp.plain(x):
+        y = imp.emit1("Identity", [y], name=n)
     return [Entry(y)]
 
 
@@ -561,3 +594,206 @@ def _gather(imp, tfop):
     params, idx = tfop.inputs[0], tfop.inputs[1]
     axis = int(imp.need_const(tfop.inputs[2], "non-constant axis"))
     return [Entry(imp.emit1("Gather", [imp.plain(params), imp.plain(idx)], {"axis": axis}, name=tfop.name))]
+
+
+@handles("Tile")
+def _tile(imp, tfop):
+    x, m = tfop.inputs
+    reps = imp.const(m)
+    e = imp.entry(x)
+    if reps is None:
+        mv = imp.plain(m)
+        if mv.dtype != "int64":
+            mv = imp.emit1("Cast", [mv], {"to": "int64"}, name=tfop.name + "_multiples")
+        return [Entry(imp.emit1("Tile", [imp.plain(x), mv], name=tfop.name))]
+    reps = np.asarray(reps, np.int64).reshape(-1)
+    if e.nchw and reps.size == 4:
+        return [Entry(imp.emit1("Tile", [e.value, imp.ints(reps[list(TO_NCHW)], tfop.name + "_multiples")],
+                                name=tfop.name), True)]
+    return [Entry(imp.emit1("Tile", [imp.plain(x), imp.ints(reps, tfop.name + "_multiples")], name=tfop.name))]
+
+
+@handles("Fill")
+def _fill(imp, tfop):
+    dims, value = tfop.inputs
+    d = imp.plain(dims)
+    if d.dtype != "int64":
+        d = imp.emit1("Cast", [d], {"to": "int64"}, name=tfop.name + "_dims")
+    return [Entry(imp.emit1("Expand", [imp.plain(value), d], name=tfop.name))]
+
+
+@handles("Range")
+def _range(imp, tfop):
+    dt = np_dtype_name(tfop.outputs[0].dtype, tfop.name)
+    vals = []
+    for k, t in enumerate(tfop.inputs):
+        v = imp.plain(t)
+        if v.dtype != dt:
+            v = imp.emit1("Cast", [v], {"to": dt}, name=f"{tfop.name}_in{k}")
+        vals.append(v)
+    return [Entry(imp.emit1("Range", vals, name=tfop.name))]
+
+
+@handles("IsFinite")
+def _is_finite(imp, tfop):
+    # |x| < inf is False for inf and NaN alike
+    e = imp.entry(tfop.inputs[0])
+    a = imp.emit1("Abs", [e.value], name=tfop.name + "_abs")
+    inf = imp.init(np.array(np.inf, e.value.dtype), tfop.name + "_inf")
+    return [Entry(imp.emit1("Less", [a, inf], name=tfop.name), e.nchw)]
+
+
+@handles("ZerosLike", "OnesLike")
+def _fill_like(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    shape = imp.emit1("Shape", [e.value], name=tfop.name + "_shape")
+    one = imp.init(np.array(0 if tfop.type == "ZerosLike" else 1, e.value.dtype), tfop.name + "_value")
+    return [Entry(imp.emit1("Expand", [one, shape], name=tfop.name), e.nchw)]
+
+
+# ------------------------------------------------------------------------------------------ transposed conv
+@handles("Conv2DBackpropInput")
+def _conv_transpose(imp, tfop):
+    """Conv2DBackpropInput (Keras Conv2DTranspose) -> ConvTranspose with the pads TF derives from the output
+    size it is given."""
+    sizes_t, w, dy = tfop.inputs
+    fmt = _attr(tfop, "data_format", "NHWC")
+    wc = imp.need_const(w, "non-constant filter")
+    if _spatial(tfop, "dilations", fmt) != [1, 1]:
+        return None
+    sizes = imp.const(sizes_t)
+    sizes = list(np.asarray(sizes).reshape(-1)) if sizes is not None else imp.sym.get(sizes_t.name)
+    if not isinstance(sizes, list) or len(sizes) != 4:
+        return None
+    out_hw = sizes[1:3] if fmt == "NHWC" else sizes[2:4]
+    in_shape = imp.static_shape(dy)
+    if in_shape is None:
+        return None
+    in_hw = in_shape[1:3] if fmt == "NHWC" else in_shape[2:4]
+    if not all(isinstance(d, (int, np.integer)) for d in list(out_hw) + list(in_hw)):
+        return None
+    kh, kw, cout, cin = wc.shape
+    strides = _spatial(tfop, "strides", fmt)
+    padding = _attr(tfop, "padding")
+    begin = []
+    for n, k, s in zip(out_hw, (kh, kw), strides):
+        if padding == "SAME":
+            begin.append(max((-(-int(n) // s) - 1) * s + k - int(n), 0) // 2)
+        elif padding == "VALID":
+            begin.append(0)
+        else:
+            return None  # EXPLICIT: rare in Keras; stays opaque
+    end, out_pad = [], []
+    for n, m, k, s, b in zip(out_hw, in_hw, (kh, kw), strides, begin):
+        e = s * (int(m) - 1) + k - b - int(n)
+        end.append(max(e, 0))
+        out_pad.append(max(-e, 0))
+    if any(p >= s for p, s in zip(out_pad, strides)):
+        return None
+    attrs = {"kernel_shape": [kh, kw], "strides": strides, "pads": begin + end, "dilations": [1, 1], "group": 1}
+    if any(out_pad):
+        attrs["output_padding"] = out_pad
+    weight = imp.init(np.ascontiguousarray(wc.transpose(3, 2, 0, 1)), tfop.name + "_weight")  # HWOI -> IOHW
+    y = imp.emit1("ConvTranspose", [_layout_in(imp, dy, fmt), weight], attrs, name=tfop.name)
+    return [Entry(y, fmt == "NHWC")]
+
+
+# ------------------------------------------------------------------------------------------ dilated conv
+@handles("BatchToSpaceND")
+def _batch_to_space(imp, tfop):
+    """SpaceToBatchND -> [ExpandDims] -> Conv2D / DepthwiseConv2dNative -> [Squeeze] -> BatchToSpaceND, the
+    form TF gives a dilated convolution, becomes one Conv with dilations. (The chain's own IR nodes become
+    dead code.) Any other use of BatchToSpaceND stays opaque."""
+    y, block_t, crops_t = tfop.inputs
+    op = y.op
+    squeeze = None
+    if op.type == "Squeeze":
+        squeeze, op = op, op.inputs[0].op
+    if op.type not in ("Conv2D", "DepthwiseConv2dNative"):
+        return None
+    conv = op
+    op = conv.inputs[0].op
+    expand = None
+    if op.type == "ExpandDims":
+        expand, op = op, op.inputs[0].op
+    if op.type != "SpaceToBatchND" or (expand is None) != (squeeze is None):
+        return None
+    s2b = op
+    block = imp.const(block_t)
+    crops = imp.const(crops_t)
+    block2 = imp.const(s2b.inputs[1])
+    pads = imp.const(s2b.inputs[2])
+    if block is None or crops is None or block2 is None or pads is None:
+        return None
+    block, block2 = [int(b) for b in np.asarray(block).reshape(-1)], [int(b) for b in np.asarray(block2).reshape(-1)]
+    crops, pads = np.asarray(crops).reshape(-1, 2), np.asarray(pads).reshape(-1, 2)
+    if block != block2 or _attr(conv, "data_format", "NHWC") != "NHWC" or _attr(conv, "padding") != "VALID" or \
+            list(conv.get_attr("strides")) != [1, 1, 1, 1] or list(conv.get_attr("dilations")) != [1, 1, 1, 1]:
+        return None
+    begin = [int(p) - int(c) for p, c in zip(pads[:, 0], crops[:, 0])]
+    end = [int(p) - int(c) for p, c in zip(pads[:, 1], crops[:, 1])]
+    if min(begin + end) < 0:
+        return None
+    x = s2b.inputs[0]
+    if expand is None:
+        if len(block) != 2 or imp.rank(x) != 4:
+            return None
+        xv = imp.nchw(x)
+        dil, pb, pe = block, begin, end
+    else:
+        if len(block) != 1 or imp.rank(x) != 3:
+            return None
+        axis = int(np.asarray(imp.need_const(expand.inputs[1], "non-constant axis")).reshape(-1)[0]) % 4
+        sq = [d % 4 for d in squeeze.get_attr("squeeze_dims")]
+        if axis not in (1, 2) or sq != [axis]:
+            return None
+        x4 = imp.emit1("Unsqueeze", [imp.plain(x), imp.ints([axis], tfop.name + "_axes")], name=tfop.name + "_2d")
+        xv = imp.transpose(x4, TO_NCHW)
+        if axis == 1:  # (N, 1, L, C): the length is the W axis
+            dil, pb, pe = [1, block[0]], [0, begin[0]], [0, end[0]]
+        else:
+            dil, pb, pe = [block[0], 1], [begin[0], 0], [end[0], 0]
+    wc = imp.need_const(conv.inputs[1], "non-constant filter")
+    kh, kw, cin_w, cout_w = wc.shape
+    if conv.type == "Conv2D":
+        weight = np.ascontiguousarray(wc.transpose(3, 2, 0, 1))
+        cin = xv.shape[1] if xv.shape is not None else None
+        group = cin // cin_w if isinstance(cin, int) and cin != cin_w else 1
+    else:
+        weight = np.ascontiguousarray(wc.reshape(kh, kw, cin_w * cout_w).transpose(2, 0, 1)[:, None])
+        group = cin_w
+    attrs = {"kernel_shape": [kh, kw], "strides": [1, 1], "dilations": dil, "group": group, "pads": pb + pe}
+    out = imp.emit1("Conv", [xv, imp.init(weight, tfop.name + "_weight")], attrs, name=tfop.name)
+    if expand is None:
+        return [Entry(out, True)]
+    out = imp.transpose(out, (0, 2, 3, 1))
+    return [Entry(imp.emit1("Squeeze", [out, imp.ints([axis], tfop.name + "_squeeze_axes")],
+                            name=tfop.name + "_1d"))]
+
+
+# ------------------------------------------------------------------------------------------ resize
+@handles("ResizeBilinear", "ResizeNearestNeighbor")
+def _resize(imp, tfop):
+    """TF image resizing -> Resize on the H and W axes with the coordinate mode TF's flags select."""
+    x, size_t = tfop.inputs
+    size = imp.const(size_t)
+    size = list(np.asarray(size).reshape(-1)) if size is not None else imp.sym.get(size_t.name)
+    if not isinstance(size, list) or len(size) != 2 or not all(isinstance(s, (int, np.integer)) for s in size):
+        return None
+    align, half = bool(tfop.get_attr("align_corners")), bool(tfop.get_attr("half_pixel_centers"))
+    if align and half:
+        return None
+    if tfop.type == "ResizeBilinear":
+        attrs = {"mode": "linear", "coordinate_transformation_mode":
+                 "align_corners" if align else ("half_pixel" if half else "asymmetric")}
+    else:
+        # TF: src = floor((dst + 0.5) * in/out) for half-pixel centres, round(dst * (in-1)/(out-1)) aligned,
+        # floor(dst * in/out) legacy; half_pixel + round_prefer_ceil gives the first exactly
+        attrs = {"mode": "nearest",
+                 "coordinate_transformation_mode": "align_corners" if align else ("half_pixel" if half else "asymmetric"),
+                 "nearest_mode": "round_prefer_ceil" if (align or half) else "floor"}
+    if tfop.inputs[0].dtype.name != "float32" and tfop.type == "ResizeBilinear":
+        return None  # TF computes bilinear in float32 whatever the input type
+    attrs["axes"] = [2, 3]
+    sizes = imp.ints([int(s) for s in size], tfop.name + "_sizes")
+    return [Entry(imp.emit1("Resize", [imp.nchw(x), None, None, sizes], attrs, name=tfop.name), True)]

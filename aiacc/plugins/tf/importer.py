@@ -273,6 +273,14 @@ class GraphImporter:
         sym = _symbolic(self, tfop)
         if sym is not None:
             self.sym[tfop.outputs[0].name] = sym
+            if tfop.type != "Const" and len(tfop.outputs) == 1 and _all_ints(sym):
+                # shape arithmetic with a known result becomes a constant (Tile multiples, resize sizes, ...)
+                value = np.asarray(sym, dtype=np_dtype_name(tfop.outputs[0].dtype, tfop.name))
+                static = tf_shape(tfop.outputs[0].shape)
+                if static is None or (len(static) == value.ndim and
+                                      all(d is None or d == v for d, v in zip(static, value.shape))):
+                    self.env[tfop.outputs[0].name] = Entry(self.init(value, tfop.name + "_c"))
+                    return
         handler = _HANDLERS.get(tfop.type)
         entries = None
         if handler is not None:
@@ -519,6 +527,12 @@ def _eager_kernel(nd, in_dtypes: list[int], n_out: int) -> Callable:
 
 
 # ------------------------------------------------------------------------------------------ symbolic shapes
+def _all_ints(sym) -> bool:
+    if isinstance(sym, list):
+        return all(isinstance(d, int) and not isinstance(d, bool) for d in sym)
+    return isinstance(sym, int) and not isinstance(sym, bool)
+
+
 def _product(xs):
     out: Any = 1
     for x in xs:
@@ -548,6 +562,18 @@ def _symbolic(imp: GraphImporter, tfop) -> Any:
             return [d if d is not None else imp.new_symbol() for d in s]
         if typ in ("Identity", "Cast", "StopGradient") and ins and ins[0] is not None:
             return ins[0]
+        if typ == "Reshape" and ins[0] is not None and isinstance(ins[1], list):
+            flat = ins[0] if isinstance(ins[0], list) else [ins[0]]
+            if ins[1] == [] and len(flat) == 1:
+                return flat[0]
+            if len(ins[1]) == 1 and ins[1][0] in (-1, len(flat)):
+                return list(flat)
+            return None
+        if typ in ("Add", "AddV2", "Sub", "FloorDiv", "Maximum", "Minimum") and len(ins) == 2 and \
+                all(isinstance(x, int) for x in ins):
+            a, b = ins
+            return {"Add": a + b, "AddV2": a + b, "Sub": a - b, "FloorDiv": a // b if b else None,
+                    "Maximum": max(a, b), "Minimum": min(a, b)}[typ]
         if typ == "StridedSlice" and isinstance(ins[0], list) and all(isinstance(x, list) for x in ins[1:]):
             if any(tfop.get_attr(k) for k in ("ellipsis_mask", "new_axis_mask")):
                 return None
