@@ -89,6 +89,13 @@ def worker(mode, out):
             results[f"{label}/buckets"] = np.array(len(opt.plan.buckets))
         results["allreduce"] = hvd.allreduce(torch.tensor([float(r + 1)])).numpy()
         results["allgather"] = hvd.allgather(torch.arange(r + 1)).numpy()
+        # ranks holding different parameters: every rank gets a clear error, and the job goes on
+        try:
+            hvd.broadcast_parameters(build(100, extra=(r == 1)).state_dict(), root_rank=0)
+            results["mismatch"] = np.array("NO_ERROR")
+        except CommError as e:
+            results["mismatch"] = np.array(f"{type(e).__name__}: {e}")
+        results["after"] = hvd.allreduce(torch.tensor([2.0 * r])).numpy()
         np.savez(f"{out}.{r}.npz", **results)
     elif mode in ("die", "stall"):
         model = build(100)
@@ -98,7 +105,7 @@ def worker(mode, out):
         for step in range(50):
             if r == 1 and step == 2:
                 if mode == "stall":
-                    time.sleep(7)  # alive but silent: the peer must give up after AIACC_COMM_TIMEOUT
+                    time.sleep(5)  # alive but silent: the peer must give up after AIACC_COMM_TIMEOUT
                 os._exit(3)  # the rank dies mid-training
             t0 = time.monotonic()
             try:  # the failure may surface in backward (a hook starts an all-reduce) or in step()
@@ -108,14 +115,6 @@ def worker(mode, out):
             except CommError as e:
                 print(f"AIACC_ERROR {type(e).__name__} after {time.monotonic() - t0:.1f}s: {e}", flush=True)
                 os._exit(0)
-        print("NO_ERROR", flush=True)
-    elif mode == "mismatch":
-        model = build(100, extra=(r == 1))
-        try:
-            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        except CommError as e:
-            print(f"AIACC_ERROR {type(e).__name__}: {e}", flush=True)
-            os._exit(0)
         print("NO_ERROR", flush=True)
     hvd.shutdown()
 
@@ -127,11 +126,18 @@ def _launch(mode, tmp_path, timeout=90, env=None):
     return launch_local([__file__, mode, str(tmp_path / "out")], 2, timeout=timeout, env=env)
 
 
-def test_two_ranks_match_single_process_training(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One 2-rank launch: training with several plans, then the parameter-mismatch check."""
+    tmp_path = tmp_path_factory.mktemp("train")
     res = _launch("train", tmp_path, timeout=240)
     for p in res:
         assert p.returncode == 0, f"returncode {p.returncode} (None: killed at the timeout)\n{p.stdout[-1000:]}\n{p.stderr[-3000:]}"
-    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    return [np.load(tmp_path / f"out.{r}.npz") for r in range(2)]
+
+
+def test_two_ranks_match_single_process_training(trained):
+    r0, r1 = trained
     ref = train_reference()
     for label, _, compression in configs():
         tol = 2e-2 if compression == "fp16" else 1e-5
@@ -166,16 +172,16 @@ def test_silent_rank_times_out_with_clear_error(tmp_path):
     assert "AIACC_ERROR RankFailureError" in out, out + res[0].stderr[-2000:]
     assert "did not answer within 2 s" in out
     waited = float(out.split(" after ")[1].split("s:")[0])
-    assert waited < 6  # rank 1 stays silent for 7 s: rank 0 gave up on its own
+    assert waited < 4.5  # rank 1 stays silent for 5 s: rank 0 gave up on its own
     assert res[1].returncode == 3  # and rank 1, which joined 4 s late, was let in and trained 2 steps
 
 
-def test_different_parameter_sets_name_first_mismatch(tmp_path):
-    res = _launch("mismatch", tmp_path, timeout=120, env={"AIACC_COMM_TIMEOUT": "20"})
-    for p in res:
-        assert p.returncode == 0, f"returncode {p.returncode} (None: killed at the timeout)\n{p.stdout[-1000:]}\n{p.stderr[-3000:]}"
-        assert "AIACC_ERROR RankMismatchError" in p.stdout, p.stdout + p.stderr[-2000:]
-        assert "first mismatch at parameter #6: rank 0 has nothing, rank 1 has 5.weight shape (3, 3)" in p.stdout
+def test_different_parameter_sets_name_first_mismatch(trained):
+    for r in trained:
+        assert str(r["mismatch"]).startswith(
+            "RankMismatchError: ranks hold different parameters: first mismatch at parameter #6: rank 0 has nothing, "
+            "rank 1 has 5.weight shape (3, 3)"), str(r["mismatch"])
+        np.testing.assert_allclose(r["after"], [1.0])  # the process group still works after the error
 
 
 if __name__ == "__main__":
