@@ -1,0 +1,141 @@
+"""The oneDNN fast path of inference exports (aiacc/plugins/torch/fastpath.py): same numbers as F.conv2d /
+F.linear, weights re-prepared when they change, the plain path wherever oneDNN cannot run, and the
+lowering choices it enables (conv post-ops, FusedMatMul as a linear, attention as SDPA)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import aiacc
+from aiacc.plugins.torch import fastpath
+from tests.plugins.torch._helpers import assert_close_rel
+from tests.zoo.torch_models import ZOO
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+_ACTS = [("none", [], None, lambda y: y), ("relu", [], None, F.relu), ("sigmoid", [], None, torch.sigmoid),
+         ("tanh", [], None, torch.tanh), ("hardswish", [], None, F.hardswish), ("swish", [], None, F.silu),
+         ("leaky_relu", [0.1], None, lambda y: F.leaky_relu(y, 0.1)),
+         ("hardtanh", [0.0, 6.0], None, F.relu6), ("gelu", [], "none", F.gelu),
+         ("gelu", [], "tanh", lambda y: F.gelu(y, approximate="tanh")), ("hardsigmoid", [], None, F.hardsigmoid)]
+
+
+@pytest.mark.parametrize("attr,scalars,algorithm,ref", _ACTS, ids=[f"{a[0]}-{a[2]}" for a in _ACTS])
+def test_conv2d_and_linear_match_plain_torch(attr, scalars, algorithm, ref):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 9, 9, generator=g)
+    w = torch.randn(6, 4, 3, 3, generator=g) * 0.3
+    b = torch.randn(6, generator=g)
+    with torch.no_grad():
+        expected = ref(F.conv2d(x, w, b, [2, 1], [1, 0], [1, 1], 2))
+        fast = fastpath.conv2d(x, w, b, [2, 1], [1, 0], [1, 1], 2, attr, scalars, algorithm)
+        assert_close_rel(expected, fast, 1e-5)
+        assert fast.is_contiguous(memory_format=torch.channels_last)  # the oneDNN path ran
+        xl, wl = torch.randn(3, 5, 16, generator=g), torch.randn(7, 16, generator=g)
+        assert_close_rel(ref(F.linear(xl, wl, b[:1].expand(7).contiguous())),
+                         fastpath.linear(xl, wl, b[:1].expand(7).contiguous(), attr, scalars, algorithm), 1e-5)
+    # with autograd the plain path runs (same numbers, gradients flow)
+    xg = x.clone().requires_grad_()
+    y = fastpath.conv2d(xg, w, b, [2, 1], [1, 0], [1, 1], 2, attr, scalars, algorithm)
+    assert y.is_contiguous() and y.grad_fn is not None
+    y.sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+def test_packed_weight_follows_in_place_updates_and_shapes():
+    x = torch.randn(1, 4, 8, 8)
+    w = torch.randn(5, 4, 3, 3)
+    with torch.no_grad():
+        first = fastpath.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1)
+        assert_close_rel(F.conv2d(x, w, None, 1, 1), first)
+        w.mul_(-2.0)  # in place (as load_state_dict copies): the version changes, the packed copy is redone
+        assert_close_rel(F.conv2d(x, w, None, 1, 1), fastpath.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1))
+        w.data = torch.randn(5, 4, 3, 3)  # new storage under the same tensor
+        assert_close_rel(F.conv2d(x, w, None, 1, 1), fastpath.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1))
+        x2 = torch.randn(3, 4, 11, 7)  # another input shape
+        assert_close_rel(F.conv2d(x2, w, None, 1, 1), fastpath.conv2d(x2, w, None, [1, 1], [1, 1], [1, 1], 1))
+
+
+def test_other_dtypes_take_the_plain_path():
+    x, w = torch.randn(1, 3, 6, 6, dtype=torch.float64), torch.randn(4, 3, 1, 1, dtype=torch.float64)
+    with torch.no_grad():
+        y = fastpath.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1, "relu")
+        assert y.dtype == torch.float64 and y.is_contiguous()
+        assert torch.equal(y, F.relu(F.conv2d(x, w)))
+        xl, wl = torch.randn(2, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+        assert torch.equal(fastpath.linear(xl, wl, None, "tanh"), torch.tanh(F.linear(xl, wl)))
+
+
+def test_inference_export_uses_the_fast_path_and_training_export_does_not():
+    model, inputs = ZOO["resnet18"]()
+    fast = aiacc.optimize(model, inputs)
+    assert "fastpath_conv2d" in fast.code and "'relu'" in fast.code  # conv + ReLU as one oneDNN call
+    assert "torch.nn.functional.relu" not in fast.code.replace("relu_", "")
+    with torch.no_grad():
+        out = fast(*inputs)
+        assert_close_rel(model(*inputs), out, 1e-5)
+    model.train()
+    trained = aiacc.optimize(model, inputs)
+    assert "fastpath" not in trained.code and "conv2d" in trained.code
+
+
+def test_exported_module_round_trips_with_the_fast_path():
+    model, inputs = ZOO["resnet18"]()
+    fast = aiacc.optimize(model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+        first = fast(*inputs)  # packs the weights
+        assert first.is_contiguous()  # the output is in the layout the original gives
+        buf = io.BytesIO()
+        torch.save(fast, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        assert "fastpath_conv2d" in loaded.code
+        assert_close_rel(expected, loaded(*inputs))
+        traced = torch.jit.trace(fast, inputs)
+        assert_close_rel(expected, traced(*inputs))
+        # level 0 keeps the convolution weights as the model's parameters: load_state_dict of other
+        # weights, and the outputs follow (the packed copies are redone)
+        plain = aiacc.optimize(model, inputs, level=0)
+        assert_close_rel(expected, plain(*inputs))
+        other, _ = ZOO["resnet18"]()
+        for p in other.parameters():
+            p.data.mul_(0.5)
+        model.load_state_dict(other.state_dict())
+        plain.load_state_dict(other.state_dict(), strict=False)
+        assert_close_rel(model(*inputs), plain(*inputs), 1e-5)
+    # with gradients: the plain path, and they reach the input
+    x = inputs[0].clone().requires_grad_()
+    fast(x).sum().backward()
+    assert x.grad is not None and float(x.grad.abs().sum()) > 0
+
+
+def test_bert_attention_and_matmuls_lower_to_fused_torch_calls():
+    model, inputs = ZOO["bert_encoder"]()
+    fast = aiacc.optimize(model, inputs, level=2)
+    code = fast.code
+    assert code.count("scaled_dot_product_attention(") == 2 and "softmax" not in code
+    assert "torch.matmul" not in code and "fastpath_linear" in code
+    assert "'gelu'" in code  # GELU runs as the inner product's post-op
+    with torch.no_grad():
+        assert_close_rel(model(*inputs), fast(*inputs), 1e-5)
+
+
+def test_attention_with_additive_mask_lowers_to_sdpa():
+    class Attn(nn.Module):
+        def forward(self, q, k, v, mask):
+            s = torch.matmul(q, k.transpose(-1, -2)) / 4.0 + mask
+            return torch.matmul(torch.softmax(s, -1), v)
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 5, 16, generator=g) for _ in range(3))
+    mask = torch.randn(2, 1, 5, 5, generator=g)
+    model = Attn().eval()
+    fast = aiacc.optimize(model, (q, k, v, mask), level=2)
+    assert "scaled_dot_product_attention" in fast.code and "softmax" not in fast.code
+    with torch.no_grad():
+        assert_close_rel(model(q, k, v, mask), fast(q, k, v, mask), 1e-5)
