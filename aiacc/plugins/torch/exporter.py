@@ -199,12 +199,16 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     if signature is None:
         signature = [("input", v.name, [v.name], None) for v in user_inputs]
     by_name = {v.name: v for v in graph.inputs}
+    after_default = False
     for entry in signature:
         if entry[0] == "const":
             b.fx.placeholder(entry[1], default_value=entry[2])
+            after_default = True
             continue
         _, name, names, spec = entry
-        ph = b.fx.placeholder(name)
+        # a tensor parameter after one with a default needs a default too (valid Python); "*xs", "**kw": var args
+        ph = b.fx.placeholder(name, default_value=None) if after_default and not name.startswith("*") \
+            else b.fx.placeholder(name)
         if names == [name] and name in by_name:
             b.env[id(by_name[name])] = ph
             continue
