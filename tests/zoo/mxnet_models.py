@@ -125,7 +125,7 @@ def mlp(batch: int = 4, features: int = 20):
 
 
 class WithOpaque(mx.gluon.HybridBlock):
-    """Conv -> L2Normalization (an op aiacc does not translate) -> BatchNorm -> ReLU -> pool -> Dense."""
+    """Conv -> smooth_l1 (an op aiacc does not translate) -> BatchNorm -> ReLU -> pool -> Dense."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -137,7 +137,7 @@ class WithOpaque(mx.gluon.HybridBlock):
             self.out = nn.Dense(5)
 
     def hybrid_forward(self, F, x):
-        y = F.L2Normalization(self.conv(x), mode="channel", eps=1e-6)
+        y = F.smooth_l1(self.conv(x), scalar=1.5)
         y = F.relu(self.bn(y))
         y = F.relu(self.bn2(self.conv2(y)))
         return self.out(F.Pooling(y, global_pool=True, pool_type="avg", kernel=(1, 1)))

@@ -822,3 +822,7 @@ def _reduce(em: Emitter, node: Node) -> Ref:
         return em.ref(node.inputs[0])
     return em.op(_REDUCE[node.op], node.name, [em.ref(node.inputs[0])],
                  axis=None if not axes else tuple(axes), keepdims=bool(node.attr("keepdims", 1)))
+
+
+# lowerings of the ops the importer makes from less common MXNet ops; importing registers them
+from aiacc.plugins.mxnet import exporter_ops as _more  # noqa: E402,F401

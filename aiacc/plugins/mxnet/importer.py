@@ -242,17 +242,29 @@ def _convolution(ctx: Ctx):
 
 @converter("Deconvolution")
 def _deconvolution(ctx: Ctx):
-    if ctx.str("layout") not in (None, "None", "NCW", "NCHW", "NCDHW") or ctx.tuple("target_shape"):
+    if ctx.str("layout") not in (None, "None", "NCW", "NCHW", "NCDHW"):
         return None
     kernel = list(ctx.tuple("kernel"))
     n = len(kernel)
     no_bias = ctx.bool("no_bias", True)
     ctx.need_inputs(2 if no_bias else 3)
-    pad = _spatial(ctx, "pad", n, 0)
+    pad, adj = _spatial(ctx, "pad", n, 0), _spatial(ctx, "adj", n, 0)
+    stride, dilate = _spatial(ctx, "stride", n, 1), _spatial(ctx, "dilate", n, 1)
+    target = ctx.tuple("target_shape", None)
+    if target and any(target):
+        # MXNet derives pad and adj from the target size (DeconvolutionParam::InferPad)
+        s = ctx.shape(0)
+        if s is None or len(target) != n or not all(isinstance(d, int) for d in s[-n:]):
+            return None
+        for i in range(n):
+            total = stride[i] * (s[len(s) - n + i] - 1) + dilate[i] * (kernel[i] - 1) + 1 - target[i]
+            if total < 0:
+                raise ShapeError(f"{ctx.node.describe()}: target_shape {list(target)} is larger than the "
+                                 f"deconvolution can produce")
+            pad[i], adj[i] = (total + 1) // 2, total % 2
     return ctx.op("ConvTranspose", ctx.inputs[0], ctx.inputs[1], None if no_bias else ctx.inputs[2],
-                  kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1),
-                  dilations=_spatial(ctx, "dilate", n, 1), pads=pad + pad, group=ctx.int("num_group", 1),
-                  output_padding=_spatial(ctx, "adj", n, 0))
+                  kernel_shape=kernel, strides=stride, dilations=dilate, pads=pad + pad,
+                  group=ctx.int("num_group", 1), output_padding=adj)
 
 
 @converter("BatchNorm")
@@ -261,12 +273,30 @@ def _batchnorm(ctx: Ctx):
     rank = ctx.rank(0)
     axis = ctx.int("axis", 1)
     # ONNX normalizes axis 1 whatever the rank, so axis=1 needs no shape
-    if (axis != 1 and (rank is None or axis % rank != 1)) or attr_bool(ctx.node, "output_mean_var", False):
+    if attr_bool(ctx.node, "output_mean_var", False):
         return None
+    if axis != 1 and (rank is None or axis % rank != 1):
+        return _batchnorm_other_axis(ctx)
     x, gamma, beta, mean, var = ctx.inputs
     if ctx.bool("fix_gamma", True):  # MXNet's default: gamma is held at 1 whatever its stored value
         gamma = ctx.constant("gamma_fixed", np.ones(mean.shape, dtype=ctx.dtype(3)))
     return ctx.op("BatchNormalization", x, gamma, beta, mean, var, epsilon=ctx.float("eps", 1e-3))
+
+
+def _batchnorm_other_axis(ctx: Ctx):
+    """BatchNorm along an axis other than 1: with constant statistics, a per-channel scale and shift."""
+    rank = ctx.rank(0)
+    x, gamma, beta, mean, var = ctx.inputs
+    if rank is None or any(v.const is None for v in (gamma, beta, mean, var)):
+        return None
+    eps = ctx.float("eps", 1e-3)
+    g = np.ones_like(mean.const) if ctx.bool("fix_gamma", True) else gamma.const
+    scale = (g / np.sqrt(var.const.astype(np.float64) + eps)).astype(mean.const.dtype)
+    shift = (beta.const - mean.const * scale).astype(mean.const.dtype)
+    shape = [1] * rank
+    shape[ctx.int("axis", 1) % rank] = scale.size
+    y = ctx.op("Mul", x, ctx.constant("scale", scale.reshape(shape)))
+    return ctx.op("Add", y, ctx.constant("shift", shift.reshape(shape)))
 
 
 _ACTIVATIONS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus",
@@ -350,12 +380,21 @@ def _pooling(ctx: Ctx):
             return ctx.op("GlobalMaxPool", x)
         if pool_type == "avg":
             return ctx.op("GlobalAveragePool", x)
+        if pool_type == "sum" and ctx.rank(0) is not None:
+            return ctx.op("ReduceSum", x, ctx.ints("axes", list(range(2, ctx.rank(0)))), keepdims=1)
         return None
     kernel = list(ctx.tuple("kernel"))
     n = len(kernel)
     convention = ctx.str("pooling_convention", "valid")
-    if convention not in ("valid", "full") or pool_type not in ("max", "avg"):
-        return None
+    if convention not in ("valid", "full") or pool_type not in ("max", "avg", "sum"):
+        return None  # "same" (MXNet: 1-d max only) and lp pooling stay opaque
+    if pool_type == "sum":  # the padded average times the window size (windows past the pads: opaque)
+        if convention != "valid":
+            return None
+        pad = _spatial(ctx, "pad", n, 0)
+        avg = ctx.op("AveragePool", x, kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1), pads=pad + pad,
+                     ceil_mode=int(convention == "full"), count_include_pad=1)
+        return ctx.op("Mul", avg, ctx.scalar(float(np.prod(kernel))))
     pad = _spatial(ctx, "pad", n, 0)
     common = dict(kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1), pads=pad + pad,
                   ceil_mode=int(convention == "full"))
@@ -526,10 +565,8 @@ def _softmax(ctx: Ctx):
 def _softmax_activation(ctx: Ctx):
     if ctx.str("mode", "instance") == "channel":
         return ctx.op("Softmax", ctx.inputs[0], axis=1)
-    rank = ctx.rank(0)
-    if rank != 2:
-        return None
-    return ctx.op("Softmax", ctx.inputs[0], axis=1)
+    # instance mode: MXNet (with and without MKLDNN) takes the softmax over the last axis at any rank
+    return ctx.op("Softmax", ctx.inputs[0], axis=-1)
 
 
 @converter("LayerNorm")
@@ -597,17 +634,6 @@ def _embedding(ctx: Ctx):
     return out
 
 
-@converter("take")
-def _take(ctx: Ctx):
-    if ctx.str("mode", "clip") != "wrap":
-        return None  # "clip" and "raise" have no ONNX Gather equivalent; keep MXNet's semantics opaque
-    idx = ctx.inputs[1]
-    if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
-        idx = ctx.op("Cast", idx, to="int64")
-    # ONNX Gather wraps negative indices once, as "wrap" does for indices in [-n, n)
-    return ctx.op("Gather", ctx.inputs[0], idx, axis=ctx.int("axis", 0))
-
-
 @converter("clip")
 def _clip(ctx: Ctx):
     lo, hi = ctx.float("a_min"), ctx.float("a_max")
@@ -645,6 +671,11 @@ def _expand_dims(ctx: Ctx):
 @converter("squeeze")
 def _squeeze(ctx: Ctx):
     axes = ctx.tuple("axis", None)
+    s = ctx.shape(0)
+    if axes is None and s is not None and all(isinstance(d, int) for d in s):
+        axes = [i for i, d in enumerate(s) if d == 1]  # explicit axes: the ONNX form every runtime takes
+        if len(axes) == len(s):
+            axes = axes[1:]  # MXNet keeps one axis of an all-ones shape (no 0-d arrays)
     return ctx.op("Squeeze", ctx.inputs[0], None if axes is None else ctx.ints("axes", axes))
 
 
@@ -671,10 +702,14 @@ def _slice(ctx: Ctx):
     starts, ends, axes, steps = [], [], [], []
     for ax, (b, e, s) in enumerate(zip(begin, end, step)):
         s = 1 if s is None else s
-        if s < 0:
-            return None  # MXNet's defaults for a negative step differ; keep it as it is
-        starts.append(0 if b is None else b)
-        ends.append(big if e is None else e)
+        if s == 0:
+            return None
+        if s < 0:  # None runs from the last element down past the first, as ONNX's clamped sentinels do
+            starts.append(big if b is None else b)
+            ends.append(-big if e is None else e)
+        else:
+            starts.append(0 if b is None else b)
+            ends.append(big if e is None else e)
         axes.append(ax)
         steps.append(s)
     return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", starts), ctx.ints("ends", ends),
@@ -719,14 +754,5 @@ def _broadcast_axis(ctx: Ctx):
     return ctx.op("Expand", ctx.inputs[0], ctx.ints("shape", target))
 
 
-_REDUCE = {"mean": "ReduceMean", "sum": "ReduceSum", "max": "ReduceMax", "min": "ReduceMin"}
-
-
-@converter(*_REDUCE)
-def _reduce(ctx: Ctx):
-    op = _REDUCE[ctx.node.op]
-    if get_schema(op) is None or ctx.bool("exclude", False):
-        return None
-    axes = ctx.tuple("axis", None)
-    keep = int(ctx.bool("keepdims", False))
-    return ctx.op(op, ctx.inputs[0], None if axes is None else ctx.ints("axes", axes), keepdims=keep)
+# the converters of less common ops live in their own module; importing it registers them
+from aiacc.plugins.mxnet import importer_ops as _more  # noqa: E402,F401

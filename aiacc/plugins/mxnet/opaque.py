@@ -116,9 +116,9 @@ class SymbolOpaqueBackend(OpaqueBackend):
         for k in range(n_out):
             w = whole[k] if whole is not None and k < len(whole) else None
             lo = local[k] if local is not None and k < len(local) else None
-            if lo is not None and lo.shape is not None and not all(isinstance(d, int) and d > 0 or
-                                                                   isinstance(d, str) for d in lo.shape):
-                lo = TensorType(lo.dtype, None)  # MXNet's 0 means "unknown", never a real size here
+            if lo is not None and lo.shape is not None and 0 in lo.shape:
+                # MXNet's 0 means "unknown size", never a real one here
+                lo = TensorType(lo.dtype, tuple(None if d == 0 else d for d in lo.shape))
             if w is not None and w.shape is not None:
                 out.append(w)
             elif lo is not None and lo.shape is not None:
