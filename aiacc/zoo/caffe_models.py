@@ -11,37 +11,50 @@ import numpy as np
 from aiacc.errors import UnsupportedError
 
 
-class _Net:
-    """Writes prototxt layers; conv_bn() emits the Convolution + BatchNorm + Scale (+ ReLU) quartet."""
+class PrototxtWriter:
+    """Writes a Caffe net's prototxt layer by layer: an Input layer for `input_shape`, then `layer()` and
+    the helpers for the layers the zoo nets use. conv_bn() emits the Convolution + BatchNorm + Scale
+    (+ ReLU) quartet of BVLC-era nets. The test zoo (tests/zoo/shared_arch.py) writes its nets with it."""
 
-    def __init__(self, name: str, batch: int, size: int):
+    def __init__(self, name: str, input_shape, input_name: str = "data"):
+        dims = " ".join(f"dim: {d}" for d in input_shape)
         self.lines = [f'name: "{name}"',
-                      'layer { name: "data" type: "Input" top: "data" '
-                      f'input_param {{ shape {{ dim: {batch} dim: 3 dim: {size} dim: {size} }} }} }}']
+                      f'layer {{ name: "{input_name}" type: "Input" top: "{input_name}" '
+                      f"input_param {{ shape {{ {dims} }} }} }}"]
 
     def add(self, text: str) -> None:
         self.lines.append(f"layer {{ {text} }}")
 
+    def layer(self, name: str, type_: str, bottom: str, top: str, params: str = "") -> None:
+        """One layer with one bottom and one top (`params`: its *_param text)."""
+        self.add(f'name: "{name}" type: "{type_}" bottom: "{bottom}" top: "{top}"' + (f" {params}" if params else ""))
+
+    def conv(self, name: str, bottom: str, top: str, cout: int, k: int, stride: int = 1, pad: int = 0,
+             group: int = 1, bias: bool = True) -> None:
+        group_txt = f" group: {group}" if group > 1 else ""
+        self.layer(name, "Convolution", bottom, top, f"convolution_param {{ num_output: {cout} kernel_size: {k} "
+                   f"stride: {stride} pad: {pad}{group_txt} bias_term: {'true' if bias else 'false'} }}")
+
+    def batchnorm_scale(self, blob: str, bn: str, scale: str, eps: float = 1e-5) -> None:
+        """BatchNorm (normalization only, in place) followed by Scale (the affine part)."""
+        self.layer(bn, "BatchNorm", blob, blob, f"batch_norm_param {{ use_global_stats: true eps: {eps} }}")
+        self.layer(scale, "Scale", blob, blob, "scale_param { bias_term: true }")
+
+    def inner_product(self, name: str, bottom: str, top: str, n: int) -> None:
+        self.layer(name, "InnerProduct", bottom, top, f"inner_product_param {{ num_output: {n} }}")
+
     def conv_bn(self, bottom: str, name: str, cout: int, k: int, stride: int = 1, pad: int = 0, group: int = 1,
                 relu: bool = True, bn: str | None = None, scale: str | None = None, bias: bool = False) -> str:
-        group_txt = f" group: {group}" if group > 1 else ""
-        self.add(f'name: "{name}" type: "Convolution" bottom: "{bottom}" top: "{name}" convolution_param {{ '
-                 f"num_output: {cout} kernel_size: {k} stride: {stride} pad: {pad}{group_txt} "
-                 f"bias_term: {'true' if bias else 'false'} }}")
-        bn, scale = bn or f"{name}/bn", scale or f"{name}/scale"
-        self.add(f'name: "{bn}" type: "BatchNorm" bottom: "{name}" top: "{name}" '
-                 f"batch_norm_param {{ use_global_stats: true eps: 1e-5 }}")
-        self.add(f'name: "{scale}" type: "Scale" bottom: "{name}" top: "{name}" scale_param {{ bias_term: true }}')
+        self.conv(name, bottom, name, cout, k, stride, pad, group, bias)
+        self.batchnorm_scale(name, bn or f"{name}/bn", scale or f"{name}/scale")
         if relu:
-            self.add(f'name: "{name}_relu" type: "ReLU" bottom: "{name}" top: "{name}"')
+            self.layer(f"{name}_relu", "ReLU", name, name)
         return name
 
     def head(self, bottom: str, num_classes: int) -> None:
-        self.add(f'name: "pool5" type: "Pooling" bottom: "{bottom}" top: "pool5" '
-                 "pooling_param { pool: AVE global_pooling: true }")
-        self.add(f'name: "fc{num_classes}" type: "InnerProduct" bottom: "pool5" top: "fc{num_classes}" '
-                 f"inner_product_param {{ num_output: {num_classes} }}")
-        self.add(f'name: "prob" type: "Softmax" bottom: "fc{num_classes}" top: "prob"')
+        self.layer("pool5", "Pooling", bottom, "pool5", "pooling_param { pool: AVE global_pooling: true }")
+        self.inner_product(f"fc{num_classes}", "pool5", f"fc{num_classes}", num_classes)
+        self.layer("prob", "Softmax", f"fc{num_classes}", "prob")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -59,7 +72,7 @@ def _images(batch: int, size: int, seed: int) -> dict[str, np.ndarray]:
 
 def resnet50_prototxt(batch: int = 1, size: int = 224, num_classes: int = 1000) -> str:
     """ResNet-50 (v1: stride in the first 1x1 of a stage) as prototxt, layer names as in He's release."""
-    net = _Net("ResNet-50", batch, size)
+    net = PrototxtWriter("ResNet-50", (batch, 3, size, size))
     net.conv_bn("data", "conv1", 64, 7, 2, 3, bn="bn_conv1", scale="scale_conv1", bias=True)
     net.add('name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" '
             "pooling_param { pool: MAX kernel_size: 3 stride: 2 }")
@@ -86,7 +99,7 @@ def resnet50_prototxt(batch: int = 1, size: int = 224, num_classes: int = 1000) 
 
 def mobilenet_v2_prototxt(batch: int = 1, size: int = 224, num_classes: int = 1000) -> str:
     """MobileNetV2 (width 1.0) as prototxt: expand 1x1, depthwise 3x3 (group = channels), linear 1x1."""
-    net = _Net("MobileNetV2", batch, size)
+    net = PrototxtWriter("MobileNetV2", (batch, 3, size, size))
     x = net.conv_bn("data", "conv1", 32, 3, 2, 1)
     cin = 32
     cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),

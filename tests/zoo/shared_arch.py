@@ -493,23 +493,16 @@ def _mxnet(arch, w):
 
 # ------------------------------------------------------------------------------------------- caffe
 def _caffe_prototxt(arch):
-    shape = " ".join(f"dim: {d}" for d in ARCHS[arch].input_shape)
-    lines = [f'name: "{arch}"',
-             f'layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ {shape} }} }} }}']
+    from aiacc.zoo.caffe_models import PrototxtWriter
 
-    def layer(name, type_, bottom, top, extra=""):
-        lines.append(f'layer {{ name: "{name}" type: "{type_}" bottom: "{bottom}" top: "{top}" {extra} }}')
+    net = PrototxtWriter(arch, ARCHS[arch].input_shape)
+    layer, ip = net.layer, net.inner_product
 
     def conv(name, bottom, top, out, k, stride=1, pad=0, bias=True):
-        layer(name, "Convolution", bottom, top, f"convolution_param {{ num_output: {out} kernel_size: {k} "
-              f"stride: {stride} pad: {pad} bias_term: {'true' if bias else 'false'} }}")
+        net.conv(name, bottom, top, out, k, stride, pad, bias=bias)
 
     def bn(name, blob):  # Caffe's BN is normalization only; the affine part is a Scale layer
-        layer(name, "BatchNorm", blob, blob, f"batch_norm_param {{ eps: {BN_EPS} }}")
-        layer(name + "_scale", "Scale", blob, blob, "scale_param { bias_term: true }")
-
-    def ip(name, bottom, top, out):
-        layer(name, "InnerProduct", bottom, top, f"inner_product_param {{ num_output: {out} }}")
+        net.batchnorm_scale(blob, name, name + "_scale", eps=BN_EPS)
 
     if arch == "mlp":
         ip("fc1", "data", "fc1", 32)
@@ -543,15 +536,14 @@ def _caffe_prototxt(arch):
                 conv(f"{name}.proj", x, f"{name}.proj", cout, 1, stride, bias=False)
                 bn(f"{name}.proj_bn", f"{name}.proj")
                 skip = f"{name}.proj"
-            lines.append(f'layer {{ name: "{name}.add" type: "Eltwise" bottom: "{name}.conv2" bottom: "{skip}" '
-                         f'top: "{name}" }}')
+            net.add(f'name: "{name}.add" type: "Eltwise" bottom: "{name}.conv2" bottom: "{skip}" top: "{name}"')
             layer(f"{name}.relu", "ReLU", name, name)
             x = name
         layer("pool", "Pooling", x, "pool", "pooling_param { pool: AVE global_pooling: true }")
         ip("fc", "pool", "fc", 10)
     else:
         raise KeyError(arch)
-    return "\n".join(lines) + "\n"
+    return net.text()
 
 
 def _caffe(arch, w):
