@@ -11,7 +11,7 @@ There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,6 +19,30 @@ from aiacc.errors import ShapeError
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import (array_to_blob, merge_weights, parse_caffemodel, parse_prototxt,
                                        read_caffemodel, read_prototxt, to_prototxt)
+
+
+def blob_feeds(net: str, names: Sequence[str], example_inputs: Any,
+               check_names: bool = True) -> dict[str, np.ndarray]:
+    """Inputs of the net `net` with input blobs `names`, given as a dict, one array or a sequence, as
+    {input blob name: float32 array}. A ShapeError names a wrong count and, with check_names, an unknown
+    or a missing blob (without, the reference executor's input check reports those)."""
+    if isinstance(example_inputs, dict):
+        given = dict(example_inputs)
+    elif isinstance(example_inputs, (list, tuple)):
+        if len(example_inputs) != len(names):
+            raise ShapeError(f"net {net!r} takes {len(names)} inputs ({', '.join(names)}), got {len(example_inputs)}")
+        given = dict(zip(names, example_inputs))
+    else:
+        if len(names) != 1:
+            raise ShapeError(f"net {net!r} takes {len(names)} inputs ({', '.join(names)}): pass a dict")
+        given = {names[0]: example_inputs}
+    unknown = sorted(set(given) - set(names)) if check_names else []
+    if unknown:
+        raise ShapeError(f"net {net!r} has no input blob {unknown[0]!r} (inputs: {', '.join(names)})")
+    missing = [n for n in names if n not in given] if check_names else []
+    if missing:
+        raise ShapeError(f"net {net!r}: input blob {missing[0]!r} not given")
+    return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
 
 
 class CaffeModel:
@@ -126,19 +150,7 @@ class CaffeModel:
 
     def feeds(self, example_inputs: Any) -> dict[str, np.ndarray]:
         """Normalize inputs given as a dict, one array or a sequence into {input name: float32 array}."""
-        names = [v.name for v in self.graph.inputs]
-        if isinstance(example_inputs, dict):
-            given = dict(example_inputs)
-        elif isinstance(example_inputs, (list, tuple)):
-            if len(example_inputs) != len(names):
-                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}), "
-                                 f"got {len(example_inputs)}")
-            given = dict(zip(names, example_inputs))
-        else:
-            if len(names) != 1:
-                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}): pass a dict")
-            given = {names[0]: example_inputs}
-        return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
+        return blob_feeds(self.name, [v.name for v in self.graph.inputs], example_inputs, check_names=False)
 
     # -- weights -----------------------------------------------------------------------------------
     def fill_random(self, seed: int = 0, scale: float = 0.5) -> "CaffeModel":

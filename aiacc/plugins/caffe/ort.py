@@ -46,25 +46,9 @@ class OrtCaffeModel:
 
     def feeds(self, example_inputs: Any) -> dict[str, np.ndarray]:
         """Inputs given as a dict, one array or a sequence, as {input blob name: float32 array}."""
-        names = [v.name for v in self.graph.inputs]
-        if isinstance(example_inputs, dict):
-            given = dict(example_inputs)
-        elif isinstance(example_inputs, (list, tuple)):
-            if len(example_inputs) != len(names):
-                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}), "
-                                 f"got {len(example_inputs)}")
-            given = dict(zip(names, example_inputs))
-        else:
-            if len(names) != 1:
-                raise ShapeError(f"net {self.name!r} takes {len(names)} inputs ({', '.join(names)}): pass a dict")
-            given = {names[0]: example_inputs}
-        unknown = sorted(set(given) - set(names))
-        if unknown:
-            raise ShapeError(f"net {self.name!r} has no input blob {unknown[0]!r} (inputs: {', '.join(names)})")
-        missing = [n for n in names if n not in given]
-        if missing:
-            raise ShapeError(f"net {self.name!r}: input blob {missing[0]!r} not given")
-        return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
+        from aiacc.plugins.caffe.model import blob_feeds
+
+        return blob_feeds(self.name, [v.name for v in self.graph.inputs], example_inputs)
 
     def forward(self, *args: Any, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the net: inputs by blob name (or positionally in the order of the net's inputs); returns
