@@ -14,6 +14,7 @@ Three things fx does not handle the way aiacc needs, and what this tracer does a
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -32,6 +33,33 @@ class AiaccTracer(fx.Tracer):
         super().__init__()
         self.leaf_types = leaf_types
         self.forced_leaves: dict[str, str] = {}  # qualified name -> why it could not be traced
+
+    def create_args_for_root(self, root_fn, is_module, concrete_args=None):
+        """fx hands `*args` to the forward as one proxy that cannot be iterated; with `var_args` (the example
+        call's *args and **kwargs, by parameter name) each element gets its own getitem of the "*args"
+        placeholder, so `f(*xs)` and `for x in xs` trace with the example's arity."""
+        var_args = getattr(self, "var_args", None)
+        if not var_args:
+            return super().create_args_for_root(root_fn, is_module, concrete_args)
+        fn = inspect.unwrap(root_fn)
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())[1 if is_module else 0:]
+        positional: list[Any] = [self.root] if is_module else []
+        keywords: dict[str, Any] = {}
+        for p in params:
+            if p.kind == p.VAR_POSITIONAL:
+                ph = self.create_proxy("placeholder", "*" + p.name, (), {})
+                positional += [ph[i] for i in range(len(var_args.get(p.name, ())))]
+            elif p.kind == p.VAR_KEYWORD:
+                ph = self.create_proxy("placeholder", "**" + p.name, (), {})
+                keywords.update({k: ph[k] for k in var_args.get(p.name, {})})
+            else:
+                value = self._proxy_placeholder(p.name, concrete_args, sig, fn)
+                if p.kind == p.KEYWORD_ONLY:
+                    keywords[p.name] = value
+                else:
+                    positional.append(value)
+        return (lambda: root_fn(*positional, **keywords)), []
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         if qualname in self.forced_leaves:
@@ -93,12 +121,17 @@ def capture_autograd_functions(tracer: fx.Tracer):
 
 
 def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
-                 leaf_types: tuple[type, ...]) -> tuple[fx.GraphModule, dict[str, str]]:
+                 leaf_types: tuple[type, ...], example_args: dict[str, Any] | None = None
+                 ) -> tuple[fx.GraphModule, dict[str, str]]:
     """Symbolically trace `module`; returns the GraphModule and the submodules made opaque (name -> why).
 
-    If even the top-level forward cannot be traced, the whole module becomes one opaque call.
+    If even the top-level forward cannot be traced, the whole module becomes one opaque call (its *args
+    and **kwargs, if any, are passed on with the example call's arity: `example_args`, by parameter name).
     """
     tracer = AiaccTracer(leaf_types)
+    sig = inspect.signature(module.forward)
+    tracer.var_args = {p.name: (example_args or {}).get(p.name, () if p.kind == p.VAR_POSITIONAL else {})
+                       for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     try:
         with capture_autograd_functions(tracer):
             graph = tracer.trace(module, concrete_args=concrete_args)
@@ -109,16 +142,30 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     wrapper = nn.Module()
     wrapper.add_module("model", module)
     graph = fx.Graph()
-    import inspect
 
-    params = [p for p in inspect.signature(module.forward).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    placeholders = {}
-    for p in params:
+    import operator
+
+    example_args = example_args or {}
+    call_args, call_kwargs = [], {}
+    for p in inspect.signature(module.forward).parameters.values():
         if concrete_args and p.name in concrete_args:
+            value = concrete_args[p.name]
+        elif p.kind == p.VAR_POSITIONAL:
+            ph = graph.placeholder("*" + p.name)
+            call_args += [graph.call_function(operator.getitem, (ph, i))
+                          for i in range(len(example_args.get(p.name, ())))]
             continue
-        placeholders[p.name] = graph.placeholder(p.name)
-    call_kwargs = {**{k: v for k, v in (concrete_args or {}).items()}, **placeholders}
-    out = graph.call_module("model", (), call_kwargs)
+        elif p.kind == p.VAR_KEYWORD:
+            ph = graph.placeholder("**" + p.name)
+            call_kwargs.update({k: graph.call_function(operator.getitem, (ph, k))
+                                for k in example_args.get(p.name, {})})
+            continue
+        else:
+            value = graph.placeholder(p.name)
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            call_args.append(value)
+        else:
+            call_kwargs[p.name] = value
+    out = graph.call_module("model", tuple(call_args), call_kwargs)
     graph.output(out)
     return fx.GraphModule(wrapper, graph, type(module).__name__), {"": why}

@@ -65,18 +65,49 @@ def normalize_inputs(model: nn.Module, example_inputs: Any) -> tuple[tuple, dict
     return (example_inputs,), {}
 
 
+def bind_inputs(signature: list, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by parameter name, bound the way the exported forward binds them
+    (`signature` is graph.meta["torch.signature"])."""
+    P = inspect.Parameter
+    params, kind, seen_default = [], P.POSITIONAL_OR_KEYWORD, False
+    for entry in signature:
+        name = entry[1]
+        if name.startswith("**"):
+            params.append(P(name[2:], P.VAR_KEYWORD))
+        elif name.startswith("*"):
+            params.append(P(name[1:], P.VAR_POSITIONAL))
+            kind = P.KEYWORD_ONLY
+        elif entry[0] == "const":
+            params.append(P(name, kind, default=entry[2]))
+            seen_default = True
+        else:
+            params.append(P(name, kind, default=None if seen_default else P.empty))
+    try:
+        bound = inspect.Signature(params).bind(*args, **kwargs)
+    except TypeError as e:
+        raise ShapeError(f"the inputs {describe_args(args, kwargs)} do not fit the signature "
+                         f"({', '.join(e[1] for e in signature)}): {e}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
 def _has_tensor(x: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(x))
 
 
 class _ExampleRun(fx.Interpreter):
-    """Runs the traced graph once, keeping each node's result, and names the first node that fails."""
+    """Runs the traced graph once, keeping each node's result, and names the first node that fails.
+    Placeholders take their value from `feed` (by node: fx's own positional feeding cannot fill `**kw`)."""
 
-    def __init__(self, gm: fx.GraphModule):
+    def __init__(self, gm: fx.GraphModule, feed: dict[fx.Node, Any]):
         super().__init__(gm)
         self.values: dict[fx.Node, Any] = {}
+        self.feed = feed
 
     def run_node(self, n: fx.Node) -> Any:
+        if n.op == "placeholder":
+            self.values[n] = self.feed[n]
+            return self.feed[n]
         try:
             result = super().run_node(n)
         except ShapeError:
@@ -140,13 +171,12 @@ class Importer:
         except TypeError as e:
             raise ShapeError(f"{type(self.model).__name__}.forward{sig} does not accept the example inputs "
                              f"{describe_args(self.args, self.kwargs)}: {e}") from None
-        for p in sig.parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise UnsupportedError(f"{type(self.model).__name__}.forward takes *{p.name}; aiacc needs named "
-                                       f"parameters to keep the call signature")
         bound.apply_defaults()
-        concrete = {k: v for k, v in bound.arguments.items() if not _has_tensor(v)}
-        gm, forced = trace_module(self.model, concrete or None, convert.LEAF_TYPES)
+        self.var_kinds = {p.name: "*" if p.kind == p.VAR_POSITIONAL else "**" for p in sig.parameters.values()
+                          if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        self.param_order = list(sig.parameters)
+        concrete = {k: v for k, v in bound.arguments.items() if not _has_tensor(v) and k not in self.var_kinds}
+        gm, forced = trace_module(self.model, concrete or None, convert.LEAF_TYPES, dict(bound.arguments))
         self.gm = gm
         self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
         for name, why in forced.items():
@@ -164,13 +194,15 @@ class Importer:
         """Run once to learn every value; side-effect free (buffers and the RNG are restored)."""
         buffers = {k: b.detach().clone() for k, b in self.model.named_buffers()}
         rng = torch.get_rng_state()
-        runner = _ExampleRun(gm)
         names = self._placeholder_names(gm)
-        args = [bound.arguments[names[n]] for n in gm.graph.nodes if n.op == "placeholder"
-                and names[n] not in concrete]
+        # clones: an in-place op of the model on its inputs must not change the caller's example tensors
+        feed = {n: pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
+                                   bound.arguments[names[n]])
+                for n in gm.graph.nodes if n.op == "placeholder" and names[n] not in concrete}
+        runner = _ExampleRun(gm, feed)
         try:
             with torch.no_grad():
-                runner.run(*args)
+                runner.run()
         finally:
             torch.set_rng_state(rng)
             with torch.no_grad():
@@ -205,7 +237,7 @@ class Importer:
                         names.append(None)
                         ir_leaves.append(leaf)
                 env[n] = pytree.tree_unflatten(ir_leaves, spec)
-                signature.append(("input", name, names, spec))
+                signature.append(("input", self.var_kinds.get(name, "") + name, names, spec))
             elif n.op == "get_attr":
                 env[n] = self._get_attr(gm, n.target)
             elif n.op == "output":
@@ -222,20 +254,24 @@ class Importer:
                 args = fx.node.map_arg(n.args, lambda a: env[a])
                 kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
                 env[n] = self._convert_call(gm, n, args, kwargs)
+        # the forward's parameter order (fx moves keyword-only parameters before *args)
+        order = {name: i for i, name in enumerate(self.param_order)}
+        signature.sort(key=lambda e: order.get(e[1].lstrip("*"), len(order)))
         g.meta["torch.signature"] = signature
         # graph inputs: user inputs first, then (train mode) the model state
         state_inputs = [v for v in g.inputs if v.name in self.state]
         g.inputs = [v for v in g.inputs if v.name not in self.state] + state_inputs
 
     def _placeholder_names(self, gm: fx.GraphModule) -> dict[fx.Node, str]:
-        """fx makes one placeholder per forward parameter, in order (concrete ones may be renamed)."""
-        import inspect as _inspect
-
-        params = list(_inspect.signature(self.model.forward).parameters)
+        """fx makes one placeholder per forward parameter, named after it ("*xs" for *xs; concrete ones may
+        be renamed, and keyword-only ones come before *args)."""
+        params = list(inspect.signature(self.model.forward).parameters)
         nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if all(str(n.target).lstrip("*") in params for n in nodes) and len(nodes) == len(params):
+            return {n: str(n.target).lstrip("*") for n in nodes}
         if len(nodes) == len(params):
             return dict(zip(nodes, params))
-        return {n: n.target for n in nodes}
+        return {n: str(n.target).lstrip("*") for n in nodes}
 
     def _convert_call(self, gm: fx.GraphModule, n: fx.Node, args: tuple, kwargs: dict) -> Any:
         module = gm.get_submodule(n.target) if n.op == "call_module" else None

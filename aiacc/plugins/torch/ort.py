@@ -30,17 +30,15 @@ class OrtModule(nn.Module):
         self.outputs = graph.meta.get("torch.outputs")
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        bound = dict(kwargs)
-        names = [e[1] for e in self.signature]
-        bound.update(zip(names, args))
+        from aiacc.plugins.torch.importer import bind_inputs
+
+        bound = bind_inputs(self.signature, args, kwargs)
         feeds: dict[str, np.ndarray] = {}
         device = None
         for entry in self.signature:
             if entry[0] != "input":
                 continue
-            if entry[1] not in bound:
-                raise TypeError(f"missing argument {entry[1]!r}")
-            for leaf, name in zip(pytree.tree_leaves(bound[entry[1]]), entry[2]):
+            for leaf, name in zip(pytree.tree_leaves(bound[entry[1].lstrip("*")]), entry[2]):
                 if name is not None:
                     device = leaf.device
                     feeds[name] = leaf.detach().cpu().numpy()

@@ -73,20 +73,17 @@ class TorchTranslator(Translator):
         return [t.detach().cpu().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
-        from aiacc.plugins.torch.importer import tensor_to_numpy
+        from aiacc.plugins.torch.importer import bind_inputs, normalize_inputs, tensor_to_numpy
 
         feeds: dict[str, np.ndarray] = {}
         signature = graph.meta.get("torch.signature", [])
-        if isinstance(example_inputs, dict):
-            bound = example_inputs
-        else:
-            args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-            names = [e[1] for e in signature]
-            bound = dict(zip(names, args))
+        args, kwargs = normalize_inputs(None, example_inputs)
+        bound = bind_inputs(signature, args, kwargs)
         for entry in signature:
-            if entry[0] != "input" or entry[1] not in bound:
+            name = entry[1].lstrip("*")
+            if entry[0] != "input" or name not in bound:
                 continue
-            leaves = pytree.tree_leaves(bound[entry[1]])
+            leaves = pytree.tree_leaves(bound[name])
             for leaf, name in zip(leaves, entry[2]):
                 if name is not None:
                     feeds[name] = tensor_to_numpy(leaf)
