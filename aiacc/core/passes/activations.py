@@ -42,3 +42,23 @@ def activation_attrs(node: Node) -> dict:
     assert not isinstance(act, str), act
     name, params = act
     return {"activation": name, **({"activation_params": params} if params else {})}
+
+
+# -- shared by the fusion rules that take an activation into a fused op (conv_fusion, gemm_fusion) ---------
+def check_activation_fusion(m, target: str) -> str | None:
+    """Why the activation at the match root cannot become the `activation` of the match's node `target`
+    (a reason), or None: it must be fusible, and an aiacc fused op must not have an activation yet."""
+    act = activation_of(m.root)
+    if isinstance(act, str):
+        return act
+    node = m.node(target)
+    if node.domain == "aiacc" and node.attr("activation", ""):
+        return f"{node.op}<{node.name}> already has activation {node.attr('activation')}"
+    return None
+
+
+def with_activation(node: Node, act: Node) -> dict:
+    """`node`'s attributes with the activation of `act` in place of any activation it had."""
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("activation", "activation_params")}
+    attrs.update(activation_attrs(act))
+    return attrs

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiacc.core.passes.activations import FUSIBLE_ACTIVATIONS, activation_attrs, activation_of
+from aiacc.core.passes.activations import FUSIBLE_ACTIVATIONS, check_activation_fusion, with_activation
 from aiacc.core.passes.manager import register_pass
 from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, Var
 
@@ -69,20 +69,13 @@ conv_residual = Rule("conv_residual", Op("Add", _CONV, Var("r"), name="add"), _r
 
 # -- (Fused)Conv + activation -> FusedConv(activation) -------------------------------------------------
 def _check_act(m):
-    act = activation_of(m.root)
-    if isinstance(act, str):
-        return act
-    conv = m.node("conv")
-    if conv.domain == "aiacc" and conv.attr("activation", ""):
-        return f"FusedConv<{conv.name}> already has activation {conv.attr('activation')}"
+    return check_activation_fusion(m, "conv")
 
 
 def _rewrite_act(m, b):
     conv = m.node("conv")
-    attrs = {k: v for k, v in conv.attrs.items() if k not in ("activation", "activation_params")}
-    attrs.update(activation_attrs(m.root))
     ins = [m["x"], m["w"], m["b"]] + ([m["r"]] if m.get("r") is not None else [])
-    return b.node("FusedConv", ins, attrs, domain="aiacc", name=conv.name).output
+    return b.node("FusedConv", ins, with_activation(conv, m.root), domain="aiacc", name=conv.name).output
 
 
 _ACT_INPUTS = (Opt("lo"), Opt("hi"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiacc.core.passes.activations import FUSIBLE_ACTIVATIONS, activation_attrs, activation_of
+from aiacc.core.passes.activations import FUSIBLE_ACTIVATIONS, check_activation_fusion, with_activation
 from aiacc.core.passes.manager import register_pass
 from aiacc.core.passes.rewrite import Const, Op, Opt, RewritePass, Rule, RuleSet, Var
 
@@ -32,19 +32,13 @@ matmul_add = Rule("matmul_add_to_gemm", Op("Add", Op("MatMul", Var("a"), Var("b"
 
 
 def _check_act(m):
-    act = activation_of(m.root)
-    if isinstance(act, str):
-        return act
-    g = m.node("gemm")
-    if g.domain == "aiacc" and g.attr("activation", ""):
-        return f"FusedGemm<{g.name}> already has activation {g.attr('activation')}"
+    return check_activation_fusion(m, "gemm")
 
 
 def _rewrite_act(m, b):
     g = m.node("gemm")
-    attrs = {k: v for k, v in g.attrs.items() if k not in ("activation", "activation_params")}
-    attrs.update(activation_attrs(m.root))
-    return b.node("FusedGemm", [m["a"], m["b"], m["c"]], attrs, domain="aiacc", name=g.name).output
+    return b.node("FusedGemm", [m["a"], m["b"], m["c"]], with_activation(g, m.root), domain="aiacc",
+                  name=g.name).output
 
 
 gemm_activation = Rule(
@@ -169,12 +163,9 @@ reshape_bias = Rule(
 
 # -- (Fused)MatMul + activation -> FusedMatMul(activation) ------------------------------------------------
 def _check_matmul_act(m):
-    act = activation_of(m.root)
-    if isinstance(act, str):
-        return act
-    mm = m.node("mm")
-    if mm.domain == "aiacc" and mm.attr("activation", ""):
-        return f"FusedMatMul<{mm.name}> already has activation {mm.attr('activation')}"
+    reason = check_activation_fusion(m, "mm")
+    if reason:
+        return reason
     w = m["b"]
     if w.shape is None or len(w.shape) != 2:
         return "the right operand is not a matrix"
@@ -182,9 +173,8 @@ def _check_matmul_act(m):
 
 def _rewrite_matmul_act(m, b):
     mm = m.node("mm")
-    attrs = {k: v for k, v in mm.attrs.items() if k not in ("activation", "activation_params")}
-    attrs.update(activation_attrs(m.root))
-    return b.node("FusedMatMul", [m["a"], m["b"], m.get("c")], attrs, domain="aiacc", name=mm.name).output
+    return b.node("FusedMatMul", [m["a"], m["b"], m.get("c")], with_activation(mm, m.root), domain="aiacc",
+                  name=mm.name).output
 
 
 matmul_activation = Rule(
