@@ -26,6 +26,11 @@ PLUGIN_HINTS = {"torch": "pip install 'aiacc[torch]'", "tf": "pip install 'aiacc
 
 
 # ------------------------------------------------------------------------------------------------ formats
+# file name ending -> format; the first match wins (-symbol.json before .json)
+_SUFFIXES = ((".onnx", "onnx"), ("-symbol.json", "mxnet"), (".json", "aiacc-json"), (".aiacc", "aiacc-text"),
+             (".pt2", "torch"), (".keras", "tf"), (".prototxt", "caffe"))
+
+
 def detect_format(path: str) -> str:
     """One of onnx, aiacc-json, aiacc-text, torch, tf, mxnet, caffe; UnsupportedError otherwise."""
     p = os.fspath(path)
@@ -34,20 +39,9 @@ def detect_format(path: str) -> str:
         if os.path.exists(os.path.join(p, "saved_model.pb")):
             return "tf"
         raise UnsupportedError(f"{p}: a directory that is not a TensorFlow SavedModel (no saved_model.pb)")
-    if low.endswith(".onnx"):
-        return "onnx"
-    if low.endswith("-symbol.json"):
-        return "mxnet"
-    if low.endswith(".json"):
-        return "aiacc-json"
-    if low.endswith(".aiacc"):
-        return "aiacc-text"
-    if low.endswith(".pt2"):
-        return "torch"
-    if low.endswith(".keras"):
-        return "tf"
-    if low.endswith(".prototxt"):
-        return "caffe"
+    for suffix, fmt in _SUFFIXES:
+        if low.endswith(suffix):
+            return fmt
     if ":" in p and not os.path.exists(p) and all(part.isidentifier() for part in p.split(":", 1)[0].split(".")):
         return "torch"  # pkg.module:factory
     raise UnsupportedError(f"{p}: unknown model format (expected .onnx, .json/.aiacc (aiacc graph), .pt2 or "
