@@ -319,9 +319,11 @@ def _pad(b, n):
     axes = n.ints(3) if n.n_inputs > 3 and n.values[3] is not None else list(range(rank))
     k = len(axes)
     widths = {a % rank: (pads[i], pads[k + i]) for i, a in enumerate(axes)}
-    last = max((a for a, w in widths.items() if w != (0, 0)), default=rank - 1)
+    # F.pad lists (begin, end) from the last axis backwards, down to the first padded axis (reflect and
+    # replicate accept only as many pairs as they pad trailing axes)
+    first = min((a for a, w in widths.items() if w != (0, 0)), default=rank - 1)
     torch_pads = []
-    for a in range(last, -1, -1):
+    for a in range(rank - 1, first - 1, -1):
         torch_pads += list(widths.get(a, (0, 0)))
     mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}[n.attr("mode")]
     value = n.scalar(2) if n.n_inputs > 2 and n.values[2] is not None else None
