@@ -891,3 +891,17 @@ def _range(ex, node):
     tfm = tf()
     start, limit, delta = [ex.std(v) for v in node.inputs]
     ex.set(node.outputs[0], tfm.range(start, limit, delta, dtype=start.dtype))
+
+
+@emits("ArgMax", "ArgMin")
+def _arg_max(ex, node):
+    tfm = tf()
+    x = ex.std(node.inputs[0])
+    axis = int(node.attr("axis"))
+    if node.attr("select_last_index"):
+        raise UnsupportedError(f"node {node.name} ({node.op}): select_last_index has no TF lowering")
+    fn = tfm.math.argmax if node.op == "ArgMax" else tfm.math.argmin
+    y = fn(x, axis=axis, output_type=tfm.int64)
+    if node.attr("keepdims"):
+        y = tfm.expand_dims(y, axis)
+    ex.set(node.outputs[0], y)

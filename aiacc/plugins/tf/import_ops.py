@@ -797,3 +797,160 @@ def _resize(imp, tfop):
     attrs["axes"] = [2, 3]
     sizes = imp.ints([int(s) for s in size], tfop.name + "_sizes")
     return [Entry(imp.emit1("Resize", [imp.nchw(x), None, None, sizes], attrs, name=tfop.name), True)]
+
+
+# ------------------------------------------------------------------------------------------ more elementwise
+@handles("NotEqual")
+def _not_equal(imp, tfop):
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    eq = imp.emit1("Equal", vals, name=tfop.name + "_equal")
+    return [Entry(imp.emit1("Not", [eq], name=tfop.name), nchw)]
+
+
+@handles("Log1p", "Expm1")
+def _log1p_expm1(imp, tfop):
+    e = imp.entry(tfop.inputs[0])
+    one = imp.init(np.array(1, e.value.dtype), tfop.name + "_one")
+    if tfop.type == "Log1p":
+        s = imp.emit1("Add", [e.value, one], name=tfop.name + "_add")
+        return [Entry(imp.emit1("Log", [s], name=tfop.name), e.nchw)]
+    ex = imp.emit1("Exp", [e.value], name=tfop.name + "_exp")
+    return [Entry(imp.emit1("Sub", [ex, one], name=tfop.name), e.nchw)]
+
+
+@handles("FloorDiv")
+def _floor_div(imp, tfop):
+    if not tfop.inputs[0].dtype.is_floating:
+        return None  # integer floor division: ONNX Div truncates
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    d = imp.emit1("Div", vals, name=tfop.name + "_div")
+    return [Entry(imp.emit1("Floor", [d], name=tfop.name), nchw)]
+
+
+@handles("ClipByValue")
+def _clip_by_value(imp, tfop):
+    x, lo, hi = tfop.inputs
+    if imp.rank(lo) == 0 and imp.rank(hi) == 0:
+        e = imp.entry(x)
+        return [Entry(imp.emit1("Clip", [e.value, imp.plain(lo), imp.plain(hi)], name=tfop.name), e.nchw)]
+    vals, nchw = _operands(imp, [x, lo])
+    y = imp.emit1("Max", vals, name=tfop.name + "_max")
+    if nchw:
+        hv = imp.const(hi)
+        hv = _const_to_nchw(imp, imp.plain(hi), hi.name) if hv is not None else imp.nchw(hi)
+        return [Entry(imp.emit1("Min", [y, hv], name=tfop.name), True)]
+    return [Entry(imp.emit1("Min", [y, imp.plain(hi)], name=tfop.name))]
+
+
+@handles("ArgMax", "ArgMin")
+def _arg_max(imp, tfop):
+    x, a = tfop.inputs
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0]) % rank
+    y = imp.emit1(tfop.type, [imp.plain(x)], {"axis": axis, "keepdims": 0}, name=tfop.name)
+    to = np_dtype_name(tfop.get_attr("output_type"), tfop.name)
+    if to != "int64":
+        y = imp.emit1("Cast", [y], {"to": to}, name=tfop.name + "_cast")
+    return [Entry(y)]
+
+
+# ------------------------------------------------------------------------------------------ more shapes
+@handles("ReverseV2")
+def _reverse(imp, tfop):
+    x, a = tfop.inputs
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axes = sorted({int(v) % rank for v in np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)})
+    if not axes:
+        return [imp.entry(x)]
+    n = tfop.name
+    k = len(axes)
+    y = imp.emit1("Slice", [imp.plain(x), imp.ints([-1] * k, n + "_starts"), imp.ints([-INT_MAX] * k, n + "_ends"),
+                            imp.ints(axes, n + "_axes"), imp.ints([-1] * k, n + "_steps")], name=n)
+    return [Entry(y)]
+
+
+def _split_parts(imp, tfop, x, axis: int, sizes: list[int] | None):
+    e = imp.entry(x)
+    rank = imp.rank(x)
+    value, ax = imp.plain(x), axis
+    if e.nchw and rank == 4:
+        value, ax = e.value, NHWC_AXIS_TO_NCHW[axis]
+    ins = [value] + ([imp.ints(sizes, tfop.name + "_sizes")] if sizes is not None else [])
+    attrs = {"axis": ax}
+    if sizes is None:
+        attrs["num_outputs"] = len(tfop.outputs)
+    outs = imp.emit("Split", ins, attrs, name=tfop.name, outputs=len(tfop.outputs))
+    return [Entry(o, e.nchw and rank == 4) for o in outs]
+
+
+@handles("Split")
+def _split(imp, tfop):
+    a, x = tfop.inputs
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0]) % rank
+    n = len(tfop.outputs)
+    dim = (imp.static_shape(x) or [None] * rank)[axis]
+    sizes = [dim // n] * n if isinstance(dim, int) else None
+    return _split_parts(imp, tfop, x, axis, sizes)
+
+
+@handles("SplitV")
+def _split_v(imp, tfop):
+    x, s, a = tfop.inputs
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0]) % rank
+    sizes = [int(v) for v in np.asarray(imp.need_const(s, "non-constant sizes")).reshape(-1)]
+    if -1 in sizes:
+        dim = (imp.static_shape(x) or [None] * rank)[axis]
+        if not isinstance(dim, int):
+            return None
+        sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
+    return _split_parts(imp, tfop, x, axis, sizes)
+
+
+@handles("Unpack")
+def _unpack(imp, tfop):
+    x = tfop.inputs[0]
+    rank = imp.rank(x)
+    if rank is None:
+        return None
+    axis = tfop.get_attr("axis") % rank
+    n = len(tfop.outputs)
+    parts = imp.emit("Split", [imp.plain(x), imp.ints([1] * n, tfop.name + "_sizes")], {"axis": axis},
+                     name=tfop.name + "_split", outputs=n)
+    return [Entry(imp.emit1("Squeeze", [p, imp.ints([axis], f"{tfop.name}_axes{k}")], name=f"{tfop.name}_{k}"))
+            for k, p in enumerate(parts)]
+
+
+@handles("BroadcastTo")
+def _broadcast_to(imp, tfop):
+    x, s = tfop.inputs
+    sv = imp.plain(s)
+    if sv.dtype != "int64":
+        sv = imp.emit1("Cast", [sv], {"to": "int64"}, name=tfop.name + "_shape")
+    return [Entry(imp.emit1("Expand", [imp.plain(x), sv], name=tfop.name))]
+
+
+@handles("MatrixBandPart")
+def _band_part(imp, tfop):
+    """Keep a band of the last two axes (Keras' causal mask): Where with a constant mask."""
+    x, lo_t, hi_t = tfop.inputs
+    shape = imp.static_shape(x)
+    lo, hi = imp.const(lo_t), imp.const(hi_t)
+    if shape is None or len(shape) < 2 or lo is None or hi is None or \
+            not all(isinstance(d, int) for d in shape[-2:]):
+        return None
+    m, n = shape[-2:]
+    lo, hi = int(lo), int(hi)
+    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+    mask = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
+    zero = imp.init(np.array(0, np_dtype_name(tfop.inputs[0].dtype, tfop.name)), tfop.name + "_zero")
+    return [Entry(imp.emit1("Where", [imp.init(mask, tfop.name + "_mask"), imp.plain(x), zero], name=tfop.name))]

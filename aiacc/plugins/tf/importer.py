@@ -28,13 +28,14 @@ import numpy as np
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.ops import get_schema
 from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
-from aiacc.plugins.tf._tf import np_dtype_name, tf, tf_shape
+from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
 from aiacc.plugins.tf.regions import contract, encode, find_regions, main_op, region_graph_def, region_kernel, topo_order
 
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
 NHWC_AXIS_TO_NCHW = {0: 0, 1: 2, 2: 3, 3: 1}
 INT_MAX = 2 ** 63 - 1
+INLINE_CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -232,17 +233,8 @@ class GraphImporter:
                               for k, d in enumerate(shape))
             v = g.add_input(_clean(t.op.name), dtype, shape)
             self.env[t.name] = Entry(v)
-        needed = self._reachable(frozen.outputs)
-        ops = topo_order([op for op in self.tfgraph.get_operations() if op.name in needed])
-        library_def = self.tfgraph.as_graph_def().library
-        library = {f.signature.name for f in library_def.function}
-        regions = find_regions([op for op in ops if op.type != "Placeholder"], library)
-        self._outputs = {t.name for t in frozen.outputs}
-        for unit in contract(ops, regions):
-            if isinstance(unit, list):
-                self._translate_region(unit, library_def)
-            elif unit.type != "Placeholder":
-                self._translate(unit)
+        self.library_def = self.tfgraph.as_graph_def().library
+        self.translate_ops(self.tfgraph, frozen.outputs)
         for i, t in enumerate(frozen.outputs):
             if t.name not in self.env:
                 raise UnsupportedError(f"output {i} ({t.name}) of the TF graph was not translated")
@@ -255,6 +247,62 @@ class GraphImporter:
         g.remove_unused_initializers()
         g.verify()
         return g
+
+    def translate_ops(self, tfgraph, outputs) -> None:
+        """Translate the ops of `tfgraph` that `outputs` need (graph inputs already in self.env)."""
+        needed = self._reachable(outputs)
+        ops = topo_order([op for op in tfgraph.get_operations() if op.name in needed])
+        library = {f.signature.name for f in self.library_def.function}
+        inlined = {op.name for op in ops if op.type in INLINE_CALLS and self._inline(op)}
+        regions = find_regions([op for op in ops if op.type != "Placeholder" and op.name not in inlined], library)
+        self._outputs = {t.name for t in outputs}
+        for unit in contract(ops, regions):
+            if isinstance(unit, list):
+                self._translate_region(unit, tfgraph)
+            elif unit.name in inlined:
+                entries = self._translate_call(unit)
+                if entries is None:
+                    self._translate_region([unit], tfgraph)
+                    continue
+                for t, e in zip(unit.outputs, entries):
+                    self._merge_type(e, t)
+                    self.env[t.name] = e
+            elif unit.type != "Placeholder":
+                self._translate(unit)
+
+    def _inline(self, call) -> bool:
+        """Decide whether a function call is translated through its body (see _translate_call)."""
+        f = call.node_def.attr["f"].func.name if "f" in call.node_def.attr else ""
+        funcs = {fd.signature.name for fd in self.library_def.function}
+        return bool(f) and f in funcs and all(t.dtype.name in SUPPORTED_DTYPES for t in
+                                               list(call.inputs) + list(call.outputs))
+
+    def _translate_call(self, call) -> list[Entry] | None:
+        """PartitionedCall / StatefulPartitionedCall that TF's inliner left (Keras' XLA-compiled grouped
+        convolution): the callee's body is translated like the caller's ops, its placeholders bound to the
+        call's inputs. None when the body cannot be rebuilt (the call then stays an opaque region)."""
+        from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
+
+        tfm = tf()
+        name = call.node_def.attr["f"].func.name
+        fdef = next(fd for fd in self.library_def.function if fd.signature.name == name)
+        try:
+            with tfm.Graph().as_default():
+                lib = tfm.compat.v1.GraphDef()
+                lib.library.CopyFrom(self.library_def)
+                tfm.graph_util.import_graph_def(lib, name="")
+                fg = function_def_to_graph(fdef, input_shapes=[t.shape for t in call.inputs],
+                                           include_library_functions=True)
+        except Exception:  # a body TF itself cannot rebuild outside its graph
+            return None
+        child = GraphImporter.__new__(GraphImporter)
+        child.__dict__.update(self.__dict__)
+        child.tfgraph = fg
+        child.env = {ph.name: self.entry(t) for ph, t in zip(fg.inputs, call.inputs)}
+        child.sym = {ph.name: self.sym[t.name] for ph, t in zip(fg.inputs, call.inputs) if t.name in self.sym}
+        child.translate_ops(fg, fg.outputs)
+        self._n_sym = child._n_sym
+        return [child.entry(t) for t in fg.outputs]
 
     def _reachable(self, outputs) -> set[str]:
         seen: set[str] = set()
@@ -296,9 +344,9 @@ class GraphImporter:
             self._merge_type(e, t)
             self.env[t.name] = e
 
-    def _translate_region(self, region: list, library_def) -> None:
+    def _translate_region(self, region: list, tfgraph) -> None:
         """One opaque node for a region (see aiacc.plugins.tf.regions)."""
-        gd, external, outputs = region_graph_def(region, library_def, self.tfgraph.graph_def_versions)
+        gd, external, outputs = region_graph_def(region, self.library_def, tfgraph.graph_def_versions)
         names = {op.name for op in region}
         outputs += [t for op in region for t in op.outputs if t.name in self._outputs and t not in outputs]
         main = main_op(region)
@@ -594,6 +642,12 @@ def _symbolic(imp: GraphImporter, tfop) -> Any:
             return list(ins)
         if typ == "ConcatV2" and all(isinstance(x, list) for x in ins[:-1]):
             return [d for x in ins[:-1] for d in x]
+        if typ == "Rank":
+            s = imp.static_shape(tfop.inputs[0])
+            return None if s is None else len(s)
+        if typ == "Size":
+            s = imp.static_shape(tfop.inputs[0])
+            return None if s is None else _product([d if d is not None else imp.new_symbol() for d in s])
         if typ == "Prod" and isinstance(ins[0], list) and ins[1] in (0, [0]) and not tfop.get_attr("keep_dims"):
             return _product(ins[0])
         if typ == "Mul" and all(x is not None and not isinstance(x, list) for x in ins):
