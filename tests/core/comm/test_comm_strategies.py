@@ -36,7 +36,7 @@ def test_horovod_fuses_by_cycle_and_threshold():
     assert ticks == sorted(ticks) and all(abs(t / 5e-3 - round(t / 5e-3)) < 1e-6 for t in ticks)
 
 
-@pytest.mark.parametrize("workers,gbps", [(8, 25), (32, 25), (128, 100)])
+@pytest.mark.parametrize("workers,gbps", [(8, 25), (32, 25), (128, 25), (128, 100)])
 def test_every_strategy_respects_the_lower_bound_and_aiacc_is_best(workers, gbps):
     m = models.resnet50()
     c = ClusterSpec.from_workers(workers, 8, gbps)
