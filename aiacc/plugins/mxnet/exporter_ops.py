@@ -84,3 +84,15 @@ def _argmax(em: Emitter, node: Node) -> Ref:
     r = em.op(node.op.lower(), f"{node.name}_f", [em.ref(node.inputs[0])], axis=node.attr("axis", 0),
               keepdims=bool(node.attr("keepdims", 1)))
     return em.op("Cast", node.name, [r], dtype=np.dtype(node.output.dtype or "int64").name)
+
+
+@lowering("Mod")
+def _mod(em: Emitter, node: Node) -> Ref:
+    """Python-style remainder (the sign of the divisor), as MXNet's mod computes it."""
+    if node.attr("fmod", 0):
+        raise _fail(node, "fmod=1 (C-style remainder) has no MXNet form")
+    a, b = node.inputs
+    c = const_value(b)
+    if c is not None and c.size == 1:
+        return em.op("_mod_scalar", node.name, [em.ref(a)], scalar=float(c.reshape(-1)[0]))
+    return em.op("broadcast_mod", node.name, [em.ref(a), em.ref(b)])

@@ -128,7 +128,9 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
             continue
         if n.index not in used:
             continue
-        if n.name in params:
+        if g.has_value(n.name) and (n.name in params or n.name in input_types):
+            env[(n.index, 0)] = g.value(n.name)  # several variable nodes of one name are one variable
+        elif n.name in params:
             env[(n.index, 0)] = g.add_initializer(n.name, np.asarray(params[n.name]))
         elif n.name in input_types:
             t = input_types[n.name]

@@ -462,22 +462,22 @@ def _amp_cast(ctx: Ctx):
 
 @converter("take")
 def _take(ctx: Ctx):
-    """take with MXNet's default mode "clip" (indices clamped into range), or "wrap" (ONNX Gather wraps
-    negative indices once, as "wrap" does for indices in [-n, n))."""
+    """take with MXNet's default mode "clip" (indices clamped into range) or "wrap" (indices modulo the
+    axis size); "raise" stays opaque."""
     mode = ctx.str("mode", "clip")
+    data = static_shape(ctx, 0)
+    if data is None or mode not in ("clip", "wrap"):
+        return None
     idx = ctx.inputs[1]
     if idx.dtype is None or not np.issubdtype(np.dtype(idx.dtype), np.integer):
         idx = ctx.op("Cast", idx, to="int64")
-    axis = ctx.int("axis", 0)
+    axis = ctx.int("axis", 0) % len(data)
+    n = data[axis]
     if mode == "clip":
-        data = static_shape(ctx, 0)
-        if data is None:
-            return None
-        axis %= len(data)
         idx = ctx.op("Clip", idx, ctx.constant("lo", np.asarray(0, dtype=idx.dtype)),
-                     ctx.constant("hi", np.asarray(data[axis] - 1, dtype=idx.dtype)))
-    elif mode != "wrap":
-        return None  # "raise"
+                     ctx.constant("hi", np.asarray(n - 1, dtype=idx.dtype)))
+    else:
+        idx = ctx.op("Mod", idx, ctx.constant("n", np.asarray(n, dtype=idx.dtype)))
     return ctx.op("Gather", ctx.inputs[0], idx, axis=axis)
 
 

@@ -24,8 +24,9 @@ from aiacc.plugins.mxnet.symjson import MxNode
 
 
 def _known(shape: Any) -> bool:
-    """A fully known shape (MXNet writes 0 for a size it could not infer)."""
-    return shape is not None and all(isinstance(d, (int, np.integer)) and d > 0 for d in shape)
+    """A fully known shape. MXNet 1.x writes 0 for a size it could not infer and () for a shape it could
+    not infer at all (it has no 0-d arrays), e.g. the output of a data-dependent op like boolean_mask."""
+    return bool(shape) and all(isinstance(d, (int, np.integer)) and d > 0 for d in shape)
 
 
 class SymbolOpaqueBackend(OpaqueBackend):
@@ -116,6 +117,8 @@ class SymbolOpaqueBackend(OpaqueBackend):
         for k in range(n_out):
             w = whole[k] if whole is not None and k < len(whole) else None
             lo = local[k] if local is not None and k < len(local) else None
+            if lo is not None and lo.shape == ():
+                lo = TensorType(lo.dtype, None)
             if lo is not None and lo.shape is not None and 0 in lo.shape:
                 # MXNet's 0 means "unknown size", never a real one here
                 lo = TensorType(lo.dtype, tuple(None if d == 0 else d for d in lo.shape))
