@@ -200,7 +200,9 @@ def _need_static(node: Node, v: Value) -> tuple[int, ...]:
 def _lower_opaque(em: Emitter, node: Node) -> list[Ref]:
     original = node.meta.get("mxnet_node", {"op": node.op, "name": node.name, "attrs": node.attrs})
     refs = [em.ref(v) for v in node.inputs if v is not None]
-    return em.op_multi(original["op"], original["name"], refs, len(node.outputs), **dict(original["attrs"]))
+    outs = em.op_multi(original["op"], original["name"], refs, len(node.outputs), **dict(original["attrs"]))
+    em.nodes[outs[0][0]].extra = dict(original.get("extra", {}))  # e.g. a control-flow op's subgraphs
+    return outs
 
 
 def _decompose_unlowered(graph: Graph) -> Graph:

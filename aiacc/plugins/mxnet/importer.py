@@ -209,6 +209,8 @@ def _opaque(g: Graph, n: MxNode, ins: list[Value], backend: Any) -> list[Value]:
                       outputs=[n.name] if len(types) == 1 else [f"{n.name}_output{k}" for k in range(len(types))],
                       output_types=types)
     node.meta["mxnet_node"] = {"op": n.op, "name": n.name, "attrs": dict(n.attrs)}
+    if n.extra:  # e.g. the "subgraphs" of a control-flow op, written back by the exporter
+        node.meta["mxnet_node"]["extra"] = dict(n.extra)
     try:  # a backend that can pin output shapes the op cannot infer alone (see opaque.SymbolOpaqueBackend)
         params = inspect.signature(backend.kernel).parameters
     except (TypeError, ValueError):

@@ -32,7 +32,7 @@ def _mx_error(e: Exception) -> str:
 def _single_op_json(node: MxNode, n_inputs: int) -> str:
     nodes = [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(n_inputs)]
     nodes.append({"op": node.op, "name": node.name, "attrs": dict(node.attrs),
-                  "inputs": [[i, 0, 0] for i in range(n_inputs)]})
+                  "inputs": [[i, 0, 0] for i in range(n_inputs)], **getattr(node, "extra", {})})
     return json.dumps({"nodes": nodes, "arg_nodes": list(range(n_inputs)),
                        "heads": [[n_inputs, 0, 0]], "attrs": {"mxnet_version": ["int", MXNET_VERSION]}})
 

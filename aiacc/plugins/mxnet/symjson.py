@@ -28,6 +28,9 @@ class MxNode:
     name: str
     attrs: dict[str, str] = field(default_factory=dict)
     inputs: list[tuple[int, int]] = field(default_factory=list)  # (node index, output index)
+    # any other fields of the JSON node, kept verbatim: control-flow ops (_foreach, _while_loop, _cond)
+    # carry their bodies as "subgraphs"
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_variable(self) -> bool:
@@ -41,6 +44,7 @@ class MxNode:
         if self.attrs:
             d["attrs"] = dict(self.attrs)
         d["inputs"] = [[i, k, 0] for i, k in self.inputs]
+        d.update(self.extra)
         return d
 
 
@@ -91,7 +95,8 @@ def parse_symbol_json(text: str | bytes | dict, source: str = "symbol JSON") -> 
             inputs.append((ref[0], ref[1]))
         if raw["op"] == "null" and inputs:
             raise ParseError(f"{where}: a variable (op 'null') cannot have inputs")
-        nodes.append(MxNode(i, raw["op"], raw["name"], attrs, inputs))
+        extra = {k: v for k, v in raw.items() if k not in ("op", "name", "attrs", "attr", "param", "inputs")}
+        nodes.append(MxNode(i, raw["op"], raw["name"], attrs, inputs, extra))
     heads = []
     for ref in doc["heads"]:
         if not isinstance(ref, list) or len(ref) < 2 or not all(isinstance(x, int) for x in ref) \
