@@ -140,11 +140,18 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
     try:
         block(*nd)  # finishes deferred parameter initialization
         mx.nd.waitall()  # MXNet runs asynchronously (MKLDNN may still be reordering weights in place)
-    except RuntimeError as e:
-        raise UnsupportedError(f"running {type(block).__name__} on the example inputs failed (is it initialized?): "
-                               f"{str(e).splitlines()[0]}") from None
+    except (RuntimeError, ValueError) as e:  # MXNetError is a RuntimeError; deferred init raises ValueError
+        from aiacc.plugins.mxnet.mxrun import _mx_error
+
+        raise UnsupportedError(f"running {type(block).__name__} on the example inputs failed (is it initialized? "
+                               f"does MXNet run it on the CPU?): {_mx_error(e)}") from None
     names = gluon_input_names(len(nd))
-    out = block(*[mx.sym.var(n) for n in names])
+    try:
+        out = block(*[mx.sym.var(n) for n in names])
+    except Exception as e:  # noqa: BLE001 - user code: e.g. a hybrid_forward that reads x.shape
+        raise UnsupportedError(f"{type(block).__name__} cannot be called on MXNet Symbols, so aiacc cannot "
+                               f"trace it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                               f"its hybrid_forward must use only F.* operators") from None
     if isinstance(out, (list, tuple)):
         out = mx.sym.Group(list(_flat_symbols(out)))
     text = out.tojson()

@@ -46,8 +46,8 @@ def check(model, feeds, tmp_path, *, opaque=()):
     g = aiacc.trace(model, feeds)
     assert sorted({n.op for n in g if n.is_opaque}) == sorted(set(opaque))
     expected = T.run(model, feeds)
-    _same(list(run(g, {v.name: feeds[v.name] if isinstance(feeds, dict) else feeds[i]
-                       for i, v in enumerate(g.inputs)}).values()), expected, "reference executor")
+    result = run(g, {v.name: feeds[v.name] if isinstance(feeds, dict) else feeds[i] for i, v in enumerate(g.inputs)})
+    _same([result[v.name] for v in g.outputs], expected, "reference executor")
     blocks = {}
     for backend in ("onnxruntime", "native"):
         blocks[backend] = aiacc.optimize(model, feeds, backend=backend)  # verifies against MXNet itself
@@ -349,3 +349,54 @@ def test_mxnet_failure_running_the_model_is_an_aiacc_error():
     model, feeds = _triple(S.FullyConnected(X, num_hidden=3, name="fc"), {"x": (2, 4)})
     with pytest.raises(AiaccError):
         T.run(model, {"x": np.zeros((2, 5), "float32")})
+
+
+def test_block_that_reads_shapes_is_refused_with_a_clear_error():
+    class ReadsShape(nn.HybridBlock):
+        def hybrid_forward(self, F, x):
+            return x.reshape((x.shape[0], -1))
+
+    block = ReadsShape()
+    block.initialize()
+    with pytest.raises(AiaccError, match="ReadsShape cannot be called on MXNet Symbols"):
+        aiacc.optimize(block, [np.zeros((2, 3, 4), "float32")])
+
+
+# -- control flow and graph structure -----------------------------------------------------------------
+
+class _Foreach(nn.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.fc = nn.Dense(4, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        def step(data, states):
+            out = data * 2 + states[0]
+            return out, [out]
+
+        init = F.zeros_like(F.slice_axis(x, axis=0, begin=0, end=1).reshape((-3, -2)))
+        outs, _ = F.contrib.foreach(step, x, [init])
+        return self.fc(outs)
+
+
+class _Cond(nn.HybridBlock):
+    def hybrid_forward(self, F, x):
+        return F.contrib.cond(F.sum(x) > 0, lambda: x * 2, lambda: x - 1)
+
+
+@pytest.mark.parametrize("block,op", [(_Foreach, "_foreach"), (_Cond, "_cond")])
+def test_control_flow_ops_keep_their_subgraphs(block, op, tmp_path):
+    model, ex = _gluon(block(), (4, 2, 3))
+    check(model, ex, tmp_path, opaque=[op])
+
+
+@pytest.mark.parametrize("outputs", [
+    lambda: S.Group([X, X * 2]),                                           # an output that is an input
+    lambda: (lambda r: S.Group([r, r]))(S.relu(X)),                        # one value returned twice
+    lambda: S.Group([S.var("w", shape=(2, 3)) * 1.0, X + S.var("w", shape=(2, 3))]),  # one parameter, two nodes
+    lambda: S.Group([X * 1.0, S.zeros(shape=(2, 2))]),                     # an output computed from nothing
+])
+def test_graph_structure_edge_cases(outputs, tmp_path):
+    model, feeds = _triple(outputs(), {"x": (2, 3)})
+    check(model, feeds, tmp_path)
