@@ -51,46 +51,82 @@ class SymbolOpaqueBackend(OpaqueBackend):
             if t is not None and t.dtype is not None:
                 self._dtypes[name] = np.dtype(t.dtype)
         self._complete = input_types is not None and len(self._shapes) == len(input_types)
+        self._batched: dict[tuple[int, int], TensorType | None] | None = None
         for name, a in (params or {}).items():
             self._shapes[name] = tuple(np.shape(a))
             self._dtypes[name] = np.asarray(a).dtype
 
     # -- inference ----------------------------------------------------------------------------------
 
+    def _infer_heads(self, extra_heads: list[list[int]]) -> list[TensorType | None]:
+        """Types of `extra_heads` ([node index, output index, 0]) inferred on the whole symbol, whose own
+        heads stay: their consumers are what MXNet infers some shapes backwards from. Raises MXNetError."""
+        import warnings
+
+        m = mx()
+        doc = dict(self._doc)
+        heads = list(doc.get("heads", []))
+        doc["heads"] = heads + extra_heads
+        sym = m.sym.load_json(json.dumps(doc))
+        names = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
+        shapes = {k: v for k, v in self._shapes.items() if k in names}
+        dtypes = {k: v for k, v in self._dtypes.items() if k in names}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "cannot decide shape": partial results are fine
+            _, out_shapes, _ = sym.infer_shape_partial(**shapes)
+            _, out_types, _ = sym.infer_type_partial(**dtypes)
+        out_shapes = list(out_shapes)[len(heads):] if out_shapes else []
+        out_types = list(out_types)[len(heads):] if out_types else []
+        out: list[TensorType | None] = []
+        for k in range(len(extra_heads)):
+            s = out_shapes[k] if k < len(out_shapes) else None
+            dt = out_types[k] if k < len(out_types) else None
+            dtype = np.dtype(dt).name if dt is not None else None
+            out.append(TensorType(dtype, tuple(int(d) for d in s)) if _known(s) else None if dtype is None
+                       else TensorType(dtype, None))
+        return out
+
+    def _batch(self) -> dict[tuple[int, int], TensorType | None]:
+        """One whole-symbol inference for the outputs of every node no converter is registered for (the
+        likely opaque ones), so a model with many opaque nodes costs one inference, not one per node."""
+        if self._batched is not None:
+            return self._batched
+        from aiacc.plugins.mxnet.importer import _CONVERTERS
+
+        self._batched = {}
+        heads: list[list[int]] = []
+        for i, raw in enumerate(self._doc.get("nodes", [])):
+            if not isinstance(raw, dict) or raw.get("op") in ("null", None) or raw["op"] in _CONVERTERS:
+                continue
+            node = MxNode(i, raw["op"], str(raw.get("name")), dict(raw.get("attrs", raw.get("attr", {})) or {}),
+                          [tuple(r[:2]) for r in raw.get("inputs", [])],
+                          {k: v for k, v in raw.items() if k not in ("op", "name", "attrs", "attr", "param", "inputs")})
+            try:
+                n_out = len(self.symbol(node, len(node.inputs)).list_outputs())
+            except Exception:  # noqa: BLE001 - this node is looked at again, alone, when it is imported
+                continue
+            heads += [[i, k, 0] for k in range(n_out)]
+        if heads:
+            try:
+                types = self._infer_heads(heads)
+            except mx().base.MXNetError:
+                return self._batched  # per node, with an error naming the node
+            self._batched = {(h[0], h[1]): t for h, t in zip(heads, types)}
+        return self._batched
+
     def whole_symbol_types(self, node: MxNode, n_out: int) -> list[TensorType | None] | None:
         """Types of the node's outputs inferred on the whole symbol, None where MXNet cannot tell.
         Returns None when no symbol was given or the model inputs have symbolic dimensions."""
         if self._doc is None or not self._complete:
             return None
-        m = mx()
-        doc = dict(self._doc)
-        # the model's own heads stay: their consumers are what MXNet infers some shapes backwards from
-        heads = list(doc.get("heads", []))
-        doc["heads"] = heads + [[node.index, k, 0] for k in range(n_out)]
+        batch = self._batch()
+        if all((node.index, k) in batch for k in range(n_out)):
+            return [batch[(node.index, k)] for k in range(n_out)]
         try:
-            sym = m.sym.load_json(json.dumps(doc))
-            names = set(sym.list_arguments()) | set(sym.list_auxiliary_states())
-            shapes = {k: v for k, v in self._shapes.items() if k in names}
-            dtypes = {k: v for k, v in self._dtypes.items() if k in names}
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "cannot decide shape": partial results are fine
-                _, out_shapes, _ = sym.infer_shape_partial(**shapes)
-                _, out_types, _ = sym.infer_type_partial(**dtypes)
-        except m.base.MXNetError as e:
+            return self._infer_heads([[node.index, k, 0] for k in range(n_out)])
+        except mx().base.MXNetError as e:
             raise ShapeError(f"{node.describe()}: MXNet cannot infer the shapes of the model up to this node: "
                              f"{_mx_error(e)}") from None
-        out: list[TensorType | None] = []
-        out_shapes = list(out_shapes)[len(heads):] if out_shapes else None
-        out_types = list(out_types)[len(heads):] if out_types else None
-        for k in range(n_out):
-            s = out_shapes[k] if out_shapes and k < len(out_shapes) else None
-            dt = out_types[k] if out_types and k < len(out_types) else None
-            dtype = np.dtype(dt).name if dt is not None else None
-            out.append(TensorType(dtype, tuple(int(d) for d in s)) if _known(s) else None if dtype is None
-                       else TensorType(dtype, None))
-        return out
 
     def infer(self, node: MxNode, input_types: Sequence[TensorType | None]) -> list[TensorType | None]:
         """Output types: the whole symbol's inference where it knows a shape, else per-op inference,
