@@ -191,6 +191,13 @@ def input_types(names: Sequence[str], example_inputs: Any, shapes: Mapping[str, 
     return out
 
 
+def _static_shape_breaks(graph: Graph) -> bool:
+    """Ops MXNet cannot run in a static_shape CachedOp: its CPU RNN with projection_size then takes the
+    training path and refuses ("No training support for LSTM with projection on CPU")."""
+    return any(n.domain == "mxnet" and n.op == "RNN" and n.attrs.get("projection_size") not in (None, "None")
+               for n in graph)
+
+
 class MXNetTranslator(Translator):
     framework = "mxnet"
 
@@ -234,7 +241,7 @@ class MXNetTranslator(Translator):
         # export() still writes the plain symbol (see aiacc.plugins.mxnet.native)
         block = native_block(sym.to_json(), [v.name for v in graph.inputs], args, aux,
                              static_alloc=options.get("static_alloc", True),
-                             static_shape=options.get("static_shape", True),
+                             static_shape=options.get("static_shape", not _static_shape_breaks(graph)),
                              subgraph_backend=options.get("subgraph_backend", "auto"))
         block.aiacc_graph = graph
         return block

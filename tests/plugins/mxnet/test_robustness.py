@@ -262,6 +262,7 @@ RECURRENT = {
     "lstm": (lambda: _Seq(rnn.LSTM(16, layout="NTC")), (2, 5, 8), ["RNN", "_zeros"]),
     "lstm_2_layers_bidirectional": (lambda: _Seq(rnn.LSTM(8, num_layers=2, bidirectional=True, layout="NTC")),
                                     (2, 5, 6), ["RNN", "_zeros"]),
+    "lstm_projection": (lambda: _Seq(rnn.LSTM(8, projection_size=4, layout="NTC")), (2, 5, 6), ["RNN", "_zeros"]),
     "gru_tnc": (lambda: _Seq(rnn.GRU(8)), (5, 2, 6), ["RNN", "_zeros"]),
     "rnn_tanh": (lambda: _Seq(rnn.RNN(8, activation="tanh")), (5, 2, 6), ["RNN", "_zeros"]),
     "lstm_cell_unrolled": (lambda: _Unrolled(rnn.LSTMCell(8)), (2, 4, 6), ["_zeros"]),
