@@ -85,16 +85,21 @@ class SelfAttention(mx.gluon.HybridBlock):
 
 
 class EncoderLayer(mx.gluon.HybridBlock):
-    def __init__(self, hidden: int, heads: int, ffn: int, **kw):
+    """Post-LN encoder layer: attention (`attention_class`), Add+LayerNorm, Dense-GELU-Dense, Add+LayerNorm;
+    `eps`: the LayerNorms' epsilon."""
+
+    attention_class = SelfAttention
+
+    def __init__(self, hidden: int, heads: int, ffn: int, eps: float = 1e-12, **kw):
         super().__init__(**kw)
         with self.name_scope():
-            self.attn = SelfAttention(hidden, heads)
+            self.attn = self.attention_class(hidden, heads)
             self.drop = nn.Dropout(0.1)
-            self.ln1 = nn.LayerNorm(epsilon=1e-12)
+            self.ln1 = nn.LayerNorm(epsilon=eps)
             self.ffn1 = nn.Dense(ffn, flatten=False)
             self.act = nn.GELU()
             self.ffn2 = nn.Dense(hidden, flatten=False)
-            self.ln2 = nn.LayerNorm(epsilon=1e-12)
+            self.ln2 = nn.LayerNorm(epsilon=eps)
 
     def hybrid_forward(self, F, x):
         x = self.ln1(x + self.drop(self.attn(x)))

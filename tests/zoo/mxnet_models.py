@@ -57,17 +57,13 @@ class SelfAttention(bundled.SelfAttention):
         return self.proj(ctx)
 
 
-class EncoderLayer(mx.gluon.HybridBlock):
+class EncoderLayer(bundled.EncoderLayer):
+    """The bundled encoder layer with the masked attention above and LayerNorm eps 1e-5."""
+
+    attention_class = SelfAttention
+
     def __init__(self, hidden: int, heads: int, ffn: int, **kw):
-        super().__init__(**kw)
-        with self.name_scope():
-            self.attn = SelfAttention(hidden, heads)
-            self.drop = nn.Dropout(0.1)
-            self.ln1 = nn.LayerNorm()
-            self.ffn1 = nn.Dense(ffn, flatten=False)
-            self.act = nn.GELU()
-            self.ffn2 = nn.Dense(hidden, flatten=False)
-            self.ln2 = nn.LayerNorm()
+        super().__init__(hidden, heads, ffn, eps=1e-5, **kw)
 
     def hybrid_forward(self, F, x, mask):
         x = self.ln1(x + self.drop(self.attn(x, mask)))
