@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import operator
 from typing import Any
 
 import torch
@@ -33,6 +34,57 @@ class AiaccTracer(fx.Tracer):
         super().__init__()
         self.leaf_types = leaf_types
         self.forced_leaves: dict[str, str] = {}  # qualified name -> why it could not be traced
+        self.example: dict[str, Any] | None = None  # the example call's arguments by parameter name
+        self._env: dict[fx.Node, Any] = {}  # example values of the nodes traced so far (filled on demand)
+        self._saved_state: tuple | None = None
+
+    # -- iteration over proxies ----------------------------------------------------------------------
+    def iter(self, obj: Proxy):
+        """`a, b = x.chunk(2)`, `*parts` of a split, `B, C, H, W = x.shape`, `for t in xs`: fx cannot know
+        how many elements a proxy has. The graph traced so far is run on the example inputs to find out;
+        the elements are then traced as getitem nodes (an arity fixed by the example, like every shape)."""
+        try:
+            value = self.example_value(obj.node)
+            n = len(value)
+        except Exception:  # noqa: BLE001 - no example value: fx's own error
+            return super().iter(obj)
+        return iter([obj[i] for i in range(n)])
+
+    def example_value(self, node: fx.Node) -> Any:
+        """`node`'s value on the example inputs (the nodes before it are run once and remembered)."""
+        if self.example is None:
+            raise KeyError("no example inputs")
+        if self._saved_state is None:  # running the model may touch buffers (BatchNorm) and the RNG
+            self._saved_state = ({k: b.detach().clone() for k, b in self.root.named_buffers()},
+                                 torch.get_rng_state())
+        from torch.fx._symbolic_trace import _maybe_revert_all_patches
+
+        runner = fx.Interpreter(self.root, graph=self.graph)
+        runner.env = self._env
+        with _maybe_revert_all_patches(), torch.no_grad():
+            for n in self.graph.nodes:
+                if n not in self._env:
+                    self._env[n] = self._placeholder_value(n) if n.op == "placeholder" else runner.run_node(n)
+                if n is node:
+                    return self._env[n]
+        raise KeyError(f"{node} is not in the graph")
+
+    def _placeholder_value(self, n: fx.Node) -> Any:
+        name = str(n.target).lstrip("*")
+        if name not in self.example:
+            name = name.rsplit("_", 1)[0]  # a concrete argument's placeholder, "<name>_<k>"
+        value = self.example[name]
+        return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
+
+    def restore_state(self) -> None:
+        if self._saved_state is not None:
+            buffers, rng = self._saved_state
+            with torch.no_grad():
+                for k, b in self.root.named_buffers():
+                    if k in buffers:
+                        b.copy_(buffers[k])
+            torch.set_rng_state(rng)
+            self._saved_state = None
 
     def create_args_for_root(self, root_fn, is_module, concrete_args=None):
         """fx hands `*args` to the forward as one proxy that cannot be iterated; with `var_args` (the example
@@ -93,6 +145,7 @@ class AiaccTracer(fx.Tracer):
 
     def _rollback(self, last: fx.Node) -> None:
         """Erase every node created after `last` (newest first, so users go before their inputs)."""
+        self._env.clear()  # example values computed in the erased part may have been changed in place
         while self.graph._root.prev is not last:
             node = self.graph._root.prev
             for user in list(node.users):
@@ -120,6 +173,59 @@ def capture_autograd_functions(tracer: fx.Tracer):
         base.apply = original
 
 
+@contextlib.contextmanager
+def proxy_patches(tracer: "AiaccTracer"):
+    """While active, `len(proxy)` (also called by `[*proxy]` and `list(proxy)`) is the length of the proxy's
+    example value, fixed at trace time like every shape; and `proxy[index] = value` is recorded as an
+    operator.setitem call (the importer turns it into an out-of-place update)."""
+    original_len = Proxy.__len__
+    had_setitem = "__setitem__" in Proxy.__dict__
+    original_setitem = Proxy.__dict__.get("__setitem__")
+
+    def patched_len(self):
+        if self.tracer is tracer:
+            try:
+                return len(tracer.example_value(self.node))
+            except Exception:  # noqa: BLE001 - no example value: fx's own error
+                pass
+        return original_len(self)
+
+    def patched_setitem(self, key, value):
+        if self.tracer is not tracer and original_setitem is not None:
+            return original_setitem(self, key, value)
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+    # `y += 1` on a tensor changes y in place (its aliases see it); fx would record a plain `y + 1`
+    saved = {name: Proxy.__dict__.get(name) for name in _INPLACE_DUNDERS}
+
+    def inplace(op):
+        def patched(self, other):
+            return self.tracer.create_proxy("call_function", op, (self, other), {})
+        return patched
+
+    Proxy.__len__ = patched_len
+    Proxy.__setitem__ = patched_setitem
+    for name in _INPLACE_DUNDERS:
+        setattr(Proxy, name, inplace(getattr(operator, name.strip("_"))))
+    try:
+        yield
+    finally:
+        Proxy.__len__ = original_len
+        if had_setitem:
+            Proxy.__setitem__ = original_setitem
+        else:
+            del Proxy.__setitem__
+        for name, fn in saved.items():
+            if fn is None:
+                delattr(Proxy, name)
+            else:
+                setattr(Proxy, name, fn)
+
+
+_INPLACE_DUNDERS = ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                    "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__")
+
+
 def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
                  leaf_types: tuple[type, ...], example_args: dict[str, Any] | None = None
                  ) -> tuple[fx.GraphModule, dict[str, str]]:
@@ -132,18 +238,20 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     sig = inspect.signature(module.forward)
     tracer.var_args = {p.name: (example_args or {}).get(p.name, () if p.kind == p.VAR_POSITIONAL else {})
                        for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    tracer.example = example_args
     try:
-        with capture_autograd_functions(tracer):
+        with capture_autograd_functions(tracer), proxy_patches(tracer):
             graph = tracer.trace(module, concrete_args=concrete_args)
         return fx.GraphModule(tracer.root, graph, type(module).__name__), tracer.forced_leaves
     except Exception as e:  # noqa: BLE001
         why = f"{type(e).__name__}: {e}".split("\n")[0][:200]
+    finally:
+        tracer._env.clear()
+        tracer.restore_state()
     # whole-model fallback: a graph with one call_module node on a wrapper holding the module
     wrapper = nn.Module()
     wrapper.add_module("model", module)
     graph = fx.Graph()
-
-    import operator
 
     example_args = example_args or {}
     call_args, call_kwargs = [], {}

@@ -351,7 +351,12 @@ def _to(imp, x, *args, **kwargs):
     if target is None:
         return x  # a device move: the exported module runs wherever it is put
     dtype = str(target).replace("torch.", "")
+    if dtype not in _NUMPY_DTYPES:
+        raise Untranslatable(f"{dtype} has no numpy dtype in the IR")
     return x if dtype == x.dtype else imp.op("Cast", x, to=dtype)
+
+
+_NUMPY_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
 
 # ---------------------------------------------------------------------------------- shapes and sizes
@@ -869,6 +874,16 @@ for _n, _m, _f in ((1, nn.AdaptiveAvgPool1d, F.adaptive_avg_pool1d), (2, nn.Adap
                    (3, nn.AdaptiveAvgPool3d, F.adaptive_avg_pool3d)):
     MODULES[_m] = (lambda n: lambda imp, m, x: adaptive_pool(imp, x, m.output_size, n, "avg"))(_n)
     FUNCTIONS[_f] = (lambda n: lambda imp, x, output_size: adaptive_pool(imp, x, output_size, n, "avg"))(_n)
+def _f_adaptive_max(n):
+    def convert(imp, x, output_size, return_indices=False):
+        if return_indices:
+            raise Untranslatable("return_indices")
+        return adaptive_pool(imp, x, output_size, n, "max")
+    return convert
+
+
+FUNCTIONS.update({F.adaptive_max_pool1d: _f_adaptive_max(1), F.adaptive_max_pool2d: _f_adaptive_max(2),
+                  F.adaptive_max_pool3d: _f_adaptive_max(3)})
 for _n, _m in ((1, nn.AdaptiveMaxPool1d), (2, nn.AdaptiveMaxPool2d), (3, nn.AdaptiveMaxPool3d)):
     MODULES[_m] = (lambda n: lambda imp, m, x: adaptive_pool(imp, x, m.output_size, n, "max")
                    if not m.return_indices else (_ for _ in ()).throw(Untranslatable("return_indices")))(_n)
@@ -1463,10 +1478,14 @@ FUNCTIONS.update({torch.zeros_like: _constant_like(0), torch.ones_like: _constan
 
 @method("new_zeros", "new_ones", "new_full", "new_tensor")
 def _new_constant(imp, x, *args, **kwargs):
-    example = imp.example_of()
-    if not isinstance(example, torch.Tensor):
+    """A constant made from sizes and values (recomputed: the example run's tensor may have been changed
+    in place since)."""
+    like = imp.example_of(imp.current.args[0])
+    if not isinstance(like, torch.Tensor) or any(isinstance(a, Value) for a in list(args) + list(kwargs.values())):
         raise Untranslatable("no example value")
-    return imp.const(tensor_to_numpy_(example))
+    return imp.const(tensor_to_numpy_(getattr(like, imp.current.target)(*[int(a) if isinstance(a, int) and not
+                                                                          isinstance(a, bool) else a for a in args],
+                                                                        **kwargs)))
 
 
 def tensor_to_numpy_(t: torch.Tensor) -> np.ndarray:
@@ -1481,6 +1500,63 @@ def _fill(imp, x, value=0):
     if isinstance(value, Value):
         raise Untranslatable("tensor fill value")
     return imp.op("ConstantOfShape", imp.op("Shape", x), value=np.array([value], dtype=x.dtype))
+
+
+@function(operator.setitem)
+def _setitem(imp, x, index, value):
+    """`x[index] = value` out of place: Where(region mask, value padded to x's shape, x). Basic indexing
+    (integers, step-1 slices, Ellipsis) only."""
+    if not isinstance(x, Value):
+        raise Untranslatable("item assignment on a non-tensor")
+    shape = list(imp.shape_of(x))
+    index = index if isinstance(index, tuple) else (index,)
+    if any(i is None or isinstance(i, (Value, list, torch.Tensor)) for i in index) or index.count(Ellipsis) > 1:
+        raise Untranslatable("advanced indexing")
+    consumed = sum(1 for i in index if i is not Ellipsis)
+    if Ellipsis in index:
+        k = index.index(Ellipsis)
+        index = index[:k] + (slice(None),) * (len(shape) - consumed) + index[k + 1:]
+    index = index + (slice(None),) * (len(shape) - len(index))
+    if len(index) != len(shape):
+        raise Untranslatable("too many indices")
+    mask_shape, region, pads_begin, pads_end, int_axes, selects = [], [], [], [], [], []
+    for axis, (i, d) in enumerate(zip(index, shape)):
+        if isinstance(i, slice):
+            b, e, st = i.indices(d)
+            if st != 1:
+                raise Untranslatable("strided slice assignment")
+            e = max(e, b)
+        else:
+            b = int(i) % d
+            e = b + 1
+            int_axes.append(axis)
+        full = (b, e) == (0, d)
+        mask_shape.append(1 if full else d)
+        selects.append(slice(None) if full else slice(b, e))
+        region.append(e - b)
+        pads_begin.append(b)
+        pads_end.append(d - e)
+    mask = np.zeros(mask_shape, dtype=bool)
+    mask[tuple(selects)] = True
+    if isinstance(value, Value):
+        if value.dtype != x.dtype:
+            raise Untranslatable("value of another dtype")
+        v = value
+        if int_axes:  # the integer-indexed axes are absent from the value: put them back
+            v_rank = rank(v)
+            kept = len(shape) - len(int_axes)
+            if v_rank > kept:
+                raise Untranslatable("value of higher rank than the region")
+            v = imp.op("Reshape", v, imp.ints([1] * (kept - v_rank) + list(imp.shape_of(v))))
+            v = imp.op("Unsqueeze", v, imp.ints(int_axes))
+        v = imp.op("Expand", v, imp.ints(region))
+        if any(pads_begin) or any(pads_end):
+            v = imp.op("Pad", v, imp.ints(pads_begin + pads_end))
+    else:
+        if isinstance(value, torch.Tensor):
+            raise Untranslatable("tensor constant value")
+        v = imp.scalar_like(value, x)
+    return imp.op("Where", imp.const(mask), v, x)
 
 
 @method("item", "tolist")

@@ -9,7 +9,8 @@ torch.jit.optimize_for_inference and torch.compile's oneDNN fusion do instead, d
   packed convolution returns), and the activation runs as a oneDNN post-op
   (torch.ops.mkldnn._convolution_pointwise);
 - a matrix product with a bias (and activation) is one oneDNN inner product
-  (torch.ops.mkldnn._linear_pointwise).
+  (torch.ops.mkldnn._linear_pointwise) on a weight reordered once per row count
+  (torch.ops.mkldnn._reorder_linear_weight).
 
 The module's plain parameters stay the source of truth: the cache is keyed by the weight tensor (weakly)
 and re-prepared when its storage, version (in-place updates, load_state_dict), device or dtype or the input
@@ -81,21 +82,21 @@ def _version(t: torch.Tensor) -> int:
         return -1
 
 
-def _packed_conv_weight(weight, padding, stride, dilation, groups, input_size) -> torch.Tensor:
+def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
+    """The oneDNN-ready copy of `weight` for `key` (input shape and conv parameters), made by make() on a
+    miss; every copy is dropped once the weight's storage, version, device, dtype or shape changes."""
     state = (weight.data_ptr(), _version(weight), weight.device, weight.dtype, tuple(weight.shape))
     entry = _PACKED.get(weight)
     if entry is None or entry[0] != state:
         entry = (state, {})
         _PACKED[weight] = entry
     variants = entry[1]
-    key = (tuple(input_size), tuple(padding), tuple(stride), tuple(dilation), groups)
     packed = variants.get(key)
     if packed is None:
         if len(variants) >= _MAX_SHAPES:
             variants.clear()
         with torch.no_grad():
-            packed = torch.ops.mkldnn._reorder_convolution_weight(
-                weight.detach(), list(padding), list(stride), list(dilation), groups, list(input_size))
+            packed = make(weight.detach())
         variants[key] = packed
     return packed
 
@@ -110,7 +111,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, str
     if x.dim() == 4 and usable(x, weight, bias):
         if not x.is_contiguous(memory_format=torch.channels_last):
             x = x.contiguous(memory_format=torch.channels_last)
-        w = _packed_conv_weight(weight, padding, stride, dilation, groups, x.shape)
+        w = _packed(weight, ("conv", tuple(x.shape), tuple(padding), tuple(stride), tuple(dilation), groups),
+                    lambda w: torch.ops.mkldnn._reorder_convolution_weight(
+                        w, list(padding), list(stride), list(dilation), groups, list(x.shape)))
         return torch.ops.mkldnn._convolution_pointwise(x, w, bias, list(padding), list(stride), list(dilation),
                                                        groups, attr, list(scalars), algorithm)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
@@ -122,6 +125,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, att
            scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
     """attr(F.linear(x, weight, bias)) (weight [out, in]), one oneDNN inner product on the fast path."""
     if usable(x, weight, bias) and x.dim() >= 1 and x.numel() > 0:
+        if weight.dim() == 2:
+            rows = x.numel() // x.shape[-1]
+            weight = _packed(weight, ("linear", rows), lambda w: torch.ops.mkldnn._reorder_linear_weight(w, rows))
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, list(scalars), algorithm)
     y = F.linear(x, weight, bias)
     return _UNARY[attr](y, scalars, algorithm)

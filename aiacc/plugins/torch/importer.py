@@ -30,7 +30,7 @@ from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.errors import ShapeError, UnsupportedError
 from aiacc.plugins.torch import convert
 from aiacc.plugins.torch._fx import trace_module
-from aiacc.plugins.torch.opaque import HOLE, MethodCall, make_kernel
+from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
 
 
 class Dim(int):
@@ -196,9 +196,9 @@ class Importer:
         rng = torch.get_rng_state()
         names = self._placeholder_names(gm)
         # clones: an in-place op of the model on its inputs must not change the caller's example tensors
-        feed = {n: pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
-                                   bound.arguments[names[n]])
-                for n in gm.graph.nodes if n.op == "placeholder" and names[n] not in concrete}
+        feed = {n: concrete[names[n]] if names[n] in concrete else
+                pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, bound.arguments[names[n]])
+                for n in gm.graph.nodes if n.op == "placeholder"}
         runner = _ExampleRun(gm, feed)
         try:
             with torch.no_grad():
@@ -214,6 +214,8 @@ class Importer:
         g = self.graph
         self.example = example
         env: dict[fx.Node, Any] = {}
+        self.env = env
+        self.aliases: dict[fx.Node, list[fx.Node]] = {}  # fx nodes that are one tensor (in-place results)
         signature = []
         placeholder_names = self._placeholder_names(gm)
         for n in gm.graph.nodes:
@@ -292,15 +294,33 @@ class Importer:
             fn = convert.FUNCTIONS.get(n.target) or convert.aten_converter(n.target)
             key = describe_node(gm, n)
         reason = "no converter"
+        # an in-place call: later reads of the mutated tensor (the first argument) must see its result
+        inplace = is_inplace(n, module, args, kwargs) and bool(args) and isinstance(args[0], Value)
+        on_state = inplace and args[0].name in self.state
+        if on_state:
+            fn, reason = None, "changes the model's state in place"
+        result = None
         if fn is not None:
             mark = (self.graph._root._prev, set(self.graph.initializers), len(self.graph.inputs))
             try:
-                return fn(self, module, *args, **kwargs) if module is not None else fn(self, *args, **kwargs)
+                result = fn(self, module, *args, **kwargs) if module is not None else fn(self, *args, **kwargs)
+                fn = "done"
             except convert.Untranslatable as e:
                 reason = str(e)
                 self._rollback(mark)
-        self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
-        return self.opaque(n, args, kwargs)
+        if fn != "done":
+            self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
+            # out of place (on a copy), so no other reader of the tensor sees the change at the wrong time;
+            # the model's own state is changed in place as the original does
+            result = self.opaque(n, args, kwargs, functional=inplace and not on_state and module is None)
+        if inplace and isinstance(n.args[0], fx.Node) and isinstance(result, Value):
+            # every fx node naming this tensor (the in-place calls' results alias their input) reads the result
+            group = self.aliases.setdefault(n.args[0], [n.args[0]])
+            group.append(n)
+            self.aliases[n] = group
+            for alias in group:
+                self.env[alias] = result
+        return result
 
     def _rollback(self, mark) -> None:
         """Undo a converter that gave up halfway: its nodes, constants and state values."""
@@ -398,17 +418,25 @@ class Importer:
         return tuple(v.shape)
 
     # -- opaque nodes --------------------------------------------------------------------------------
-    def opaque(self, n: fx.Node, args: tuple, kwargs: dict) -> Any:
+    def opaque(self, n: fx.Node, args: tuple, kwargs: dict, functional: bool = False) -> Any:
         """One opaque node for fx node `n`: tensor arguments become its inputs; the callable, the argument
-        template and the output structure go into node.meta."""
+        template and the output structure go into node.meta. `functional`: an in-place call made on a copy
+        of its first argument, returning the copy (see opaque.OutOfPlace)."""
         leaves, in_spec = pytree.tree_flatten((args, kwargs))
         inputs = [leaf for leaf in leaves if isinstance(leaf, Value)]
         template = [HOLE if isinstance(leaf, Value) else leaf for leaf in leaves]
         example = self.example.get(n)
+        if functional:
+            example = self.example.get(n.args[0])  # the mutated tensor (its shape and dtype)
         out_leaves, out_spec = pytree.tree_flatten(example)
         tensor_pos = [i for i, leaf in enumerate(out_leaves) if isinstance(leaf, torch.Tensor)]
         types = [TensorType(torch_dtype_name(out_leaves[i].dtype), tuple(out_leaves[i].shape)) for i in tensor_pos]
-        if n.op == "call_module":
+        if functional:
+            inner = MethodCall(n.target) if n.op == "call_method" else n.target
+            label = f"Tensor.{n.target}" if n.op == "call_method" else \
+                getattr(n.target, "__name__", None) or getattr(n.target, "__qualname__", "call")
+            fn, kind = OutOfPlace(inner), "function"
+        elif n.op == "call_module":
             fn, kind, label = self.gm.get_submodule(n.target), "module", type(self.gm.get_submodule(n.target)).__name__
         elif n.op == "call_method":
             fn, kind, label = MethodCall(n.target), "method", f"Tensor.{n.target}"

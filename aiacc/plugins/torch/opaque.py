@@ -2,6 +2,8 @@
 reference executor (and the per-pass numerics checks) can still run a graph that contains it."""
 from __future__ import annotations
 
+import inspect
+import operator
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -52,6 +54,57 @@ def fill_template(template: Sequence[Any], tensors: Sequence[Any], in_spec, what
     it = iter(tensors)
     leaves = [next(it) if isinstance(t, Hole) else t for t in template]
     return pytree.tree_unflatten(leaves, in_spec)
+
+
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                      operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift,
+                      operator.irshift, operator.imatmul, operator.setitem}
+
+
+def is_inplace(n, module: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether fx node `n` changes its first argument in place: `x.add_(1)`, `x += 1`, `x[i] = v`,
+    `torch.relu_(x)`, `F.relu(x, inplace=True)`, `nn.ReLU(inplace=True)(x)`."""
+    if n.op == "call_module":
+        return bool(getattr(module, "inplace", False))
+    if n.op == "call_method":
+        name = str(n.target)
+        return (name.endswith("_") and not name.startswith("_")) or \
+            (name.startswith("__i") and name.endswith("__") and name[3:-2] in _IN_PLACE_DUNDERS)
+    if n.op != "call_function":
+        return False
+    if n.target in _INPLACE_OPERATORS:
+        return True
+    name = getattr(n.target, "__name__", "")
+    if name.endswith("_") and not name.startswith("_") and getattr(n.target, "__module__", "") in \
+            ("torch", "torch.nn.functional", "torch._C._VariableFunctions", "torch._C._nn", None):
+        return True
+    if kwargs.get("inplace") is True:
+        return True
+    try:
+        bound = inspect.signature(n.target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return bound.arguments.get("inplace") is True
+
+
+_IN_PLACE_DUNDERS = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift",
+                     "matmul"}
+
+
+class OutOfPlace:
+    """An in-place call made on a copy: clones the first argument, applies the call to the copy and returns
+    it (so the traced graph stays free of mutation; the callable of an opaque in-place node)."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        x = x.clone()
+        self.fn(x, *args, **kwargs)
+        return x
+
+    def __repr__(self) -> str:
+        return f"OutOfPlace({self.fn!r})"
 
 
 def call_opaque(fn: Callable, in_spec, template: Sequence[Any], tensors: Sequence[Any]) -> Any:

@@ -2,6 +2,7 @@
 run, and the reference-executor feeds."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph
-from aiacc.errors import UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins.base import Translator, optimize_model
 
 
@@ -121,7 +122,21 @@ def trace(model: Any, example_inputs: Any = None, **options: Any) -> Graph:
     if not isinstance(model, nn.Module):
         raise UnsupportedError(f"the torch plugin translates torch.nn.Module objects, not "
                                f"{type(model).__module__}.{type(model).__name__}")
-    return TRANSLATOR.trace(model, example_inputs, **options)
+    with aiacc_errors(f"aiacc.trace of {type(model).__name__}"):
+        return TRANSLATOR.trace(model, example_inputs, **options)
+
+
+@contextlib.contextmanager
+def aiacc_errors(what: str):
+    """Any failure that is not already an aiacc error becomes one (UnsupportedError naming the step and
+    the original exception, which stays chained as __cause__): callers catch AiaccError only."""
+    try:
+        yield
+    except AiaccError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise UnsupportedError(f"{what} failed: {type(e).__name__}: {first}") from e
 
 
 def optimize(model: Any, example_inputs: Any = None, **options: Any) -> nn.Module:
@@ -136,11 +151,12 @@ def optimize(model: Any, example_inputs: Any = None, **options: Any) -> nn.Modul
     budget = options.pop("memory_budget", None)
     if budget is not None and options["mode"] != "training":
         raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
-    out = optimize_model(TRANSLATOR, model, example_inputs, **options)
-    if budget is not None:
-        report = getattr(out, "aiacc_report", None)
-        out = _plan_memory(out, example_inputs, budget)
-        out.aiacc_report = report
+    with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
+        out = optimize_model(TRANSLATOR, model, example_inputs, **options)
+        if budget is not None:
+            report = getattr(out, "aiacc_report", None)
+            out = _plan_memory(out, example_inputs, budget)
+            out.aiacc_report = report
     return out
 
 

@@ -1,0 +1,482 @@
+"""The torch importer on architectures beyond the zoo: each small model translates to IR ops (or keeps the
+named calls opaque), and its optimized forms equal the original: the IR on the reference executor, the
+native export and the onnxruntime backend in eval (1e-5 relative), and in train mode the outputs, the
+gradients of parameters and inputs, and the buffers after one backward pass. Weird models (control flow,
+data-dependent shapes, in-place ops, odd output structures, keyword and integer inputs) never raise
+anything but aiacc errors."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import _pytree as pytree
+
+import aiacc
+from aiacc.core import run
+from aiacc.errors import AiaccError
+from aiacc.plugins.torch.translator import TRANSLATOR
+from tests.plugins.torch._helpers import assert_close_rel, leaves
+
+torch.set_num_threads(1)
+
+
+class Fn(nn.Module):
+    """A module around a function of its inputs (and optional submodules)."""
+
+    def __init__(self, fn, **modules):
+        super().__init__()
+        self.fn = fn
+        for k, m in modules.items():
+            self.add_module(k, m)
+
+    def forward(self, *xs):
+        return self.fn(self, *xs)
+
+
+def _clone(inputs):
+    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
+
+
+def _call(model, inputs):
+    inputs = _clone(inputs)
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+def _train_step(model, inputs, seed=123):
+    """Forward (seeded) and backward of a sum of squares; returns outputs and the float inputs' gradients."""
+    inputs = pytree.tree_map(lambda t: t.clone().requires_grad_(t.is_floating_point())
+                             if isinstance(t, torch.Tensor) else t, inputs)
+    torch.manual_seed(seed)
+    out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+    loss = sum((t.float() ** 2).sum() for t in leaves(out) if t.is_floating_point())
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        loss.backward()
+    return out, [t.grad for t in leaves(inputs) if t.requires_grad]
+
+
+def check(model, inputs, opaque=(), train=True, backends=("native", "onnxruntime"), rtol=1e-5):
+    """Assert the translation (opaque ops as listed) and every optimized form against the original."""
+    torch.manual_seed(0)
+    model.eval()
+    graph = aiacc.trace(model, inputs)
+    assert sorted(n.op for n in graph if n.is_opaque) == sorted(opaque), graph.meta.get("torch.opaque_reasons")
+    with torch.no_grad():
+        expected = _call(model, inputs)
+    got = run(graph, TRANSLATOR.feeds(graph, inputs))
+    ref = [torch.from_numpy(np.asarray(got[v.name])) for v in graph.outputs]
+    assert_close_rel([t for t in leaves(expected)], ref, rtol, "reference executor")
+    for backend in backends:
+        fast = aiacc.optimize(model, inputs, backend=backend)
+        with torch.no_grad():
+            assert_close_rel(expected, _call(fast, inputs), rtol, f"{backend} output")
+    if not train:
+        return
+    model.train()
+    original = copy.deepcopy(model)
+    fast = aiacc.optimize(model, inputs)
+    out_a, in_grads_a = _train_step(original, inputs)
+    out_b, in_grads_b = _train_step(fast, inputs)
+    assert_close_rel(out_a, out_b, rtol, "train output")
+    assert_close_rel(in_grads_a, in_grads_b, rtol, "input gradient")
+    grads = {k: p.grad for k, p in fast.named_parameters()}
+    for name, p in original.named_parameters():
+        if p.grad is None:
+            assert grads[name] is None or float(grads[name].abs().max()) == 0.0, name
+        else:
+            assert_close_rel(p.grad, grads[name], rtol, f"gradient of {name}")
+    buffers = dict(fast.named_buffers())
+    for name, b in original.named_buffers():
+        assert_close_rel(b, buffers[name], rtol, f"buffer {name}")
+
+
+# ------------------------------------------------------------------------------------------- a U-Net
+class UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.d2 = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU())
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.out = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(a)
+        u = self.up(b)
+        u2 = F.interpolate(b, scale_factor=2, mode="nearest")
+        return (self.out(torch.cat([a, u], 1)) + u2.mean(1, keepdim=True),
+                F.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False))
+
+
+def test_unet_with_interpolate_translates_and_round_trips():
+    """F.interpolate(size=None, ...) once lost a tensor slot of its opaque call (None marked the slots)."""
+    torch.manual_seed(0)
+    check(UNet(), (torch.randn(2, 3, 16, 16),))
+
+
+def test_opaque_call_with_none_arguments_round_trips():
+    """An opaque call (torch.topk here) whose arguments include None keeps every tensor in its place."""
+    def fn(m, x, k):
+        return torch.topk(x * 2, 2, dim=-1, largest=True, sorted=True, out=None).values + k
+
+    check(Fn(fn), (torch.randn(2, 3, 5), torch.randn(2, 3, 2)), opaque=["topk"])
+
+
+# ------------------------------------------------------------------------------------------- resampling
+INTERPOLATIONS = [
+    ((2, 3, 6, 5), dict(scale_factor=2, mode="nearest")),
+    ((2, 3, 6, 5), dict(size=(9, 7), mode="nearest")),
+    ((2, 3, 6, 5), dict(size=(4, 3), mode="nearest")),
+    ((2, 3, 6, 5), dict(scale_factor=(2, 3), mode="nearest-exact")),
+    ((2, 3, 6, 5), dict(size=(9, 8), mode="nearest-exact")),
+    ((2, 3, 6, 5), dict(scale_factor=2, mode="bilinear", align_corners=False)),
+    ((2, 3, 6, 5), dict(scale_factor=2, mode="bilinear", align_corners=True)),
+    ((2, 3, 6, 5), dict(size=(4, 9), mode="bilinear", align_corners=False)),
+    ((2, 3, 6, 5), dict(size=(1, 3), mode="bilinear", align_corners=True)),
+    ((2, 3, 6, 5), dict(size=(1, 1), mode="bilinear", align_corners=False)),
+    ((2, 3, 6, 5), dict(scale_factor=1.5, mode="bilinear", align_corners=False, recompute_scale_factor=True)),
+    ((2, 3, 6, 5), dict(size=(8, 7), mode="bicubic", align_corners=False)),
+    ((2, 3, 6, 5), dict(scale_factor=2, mode="bicubic", align_corners=True)),
+    ((2, 3, 6, 5), dict(size=(3, 2), mode="area")),
+    ((2, 3, 7), dict(scale_factor=2, mode="linear", align_corners=False)),
+    ((2, 3, 7), dict(size=5, mode="nearest")),
+    ((1, 2, 3, 4, 5), dict(scale_factor=2, mode="trilinear", align_corners=False)),
+    ((1, 2, 3, 4, 5), dict(size=(4, 4, 4), mode="nearest")),
+]
+
+
+@pytest.mark.parametrize("shape,kwargs", INTERPOLATIONS, ids=[str(k) for _, k in INTERPOLATIONS])
+def test_interpolate(shape, kwargs):
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: F.interpolate(m.conv(x), **kwargs) * 2,
+               conv=[nn.Conv1d, nn.Conv2d, nn.Conv3d][len(shape) - 3](shape[1], 2, 1))
+    check(model, (torch.randn(*shape),))
+
+
+def test_upsample_modules():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: m.a(x) + m.b(x) + m.c(x) + m.d(x), a=nn.Upsample(scale_factor=2),
+               b=nn.Upsample(size=(8, 10), mode="bilinear"), c=nn.UpsamplingNearest2d(scale_factor=2),
+               d=nn.UpsamplingBilinear2d(size=(8, 10)))
+    check(model, (torch.randn(2, 3, 4, 5),), train=False)
+    graph = aiacc.trace(model, (torch.randn(2, 3, 4, 5),))
+    assert graph.op_histogram().get("Resize") == 4
+
+
+# ------------------------------------------------------------------------------------------- normalization
+def test_group_and_instance_norm():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: m.in2(m.in1(m.gn2(m.gn1(x)) * 3) + 1) + F.group_norm(x, 2) + F.instance_norm(x),
+               gn1=nn.GroupNorm(2, 6), gn2=nn.GroupNorm(3, 6, affine=False), in1=nn.InstanceNorm2d(6, affine=True),
+               in2=nn.InstanceNorm2d(6))
+    for p in model.parameters():
+        nn.init.normal_(p)
+    check(model, (torch.randn(2, 6, 5, 4),))
+
+
+def test_instance_norm_with_running_stats_in_eval():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: m.n(x), n=nn.InstanceNorm1d(4, affine=True, track_running_stats=True))
+    model.n.running_mean.normal_()
+    model.n.running_var.uniform_(0.5, 2)
+    check(model, (torch.randn(2, 4, 6),), train=False)
+    assert "BatchNormalization" in aiacc.trace(model.eval(), (torch.randn(2, 4, 6),)).op_histogram()
+
+
+def test_normalize_and_layer_norm_without_bias():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: F.normalize(m.ln(x), dim=-1) + F.layer_norm(x, (8,)),
+               ln=nn.LayerNorm(8, bias=False))
+    check(model, (torch.randn(3, 4, 8),))
+
+
+# ------------------------------------------------------------------------------------------- activations
+def test_activations():
+    torch.manual_seed(0)
+    mods = nn.ModuleList([nn.PReLU(), nn.PReLU(4, 0.1), nn.ELU(0.5), nn.SELU(), nn.CELU(0.7), nn.Softplus(),
+                          nn.Softplus(2.0, 3.0), nn.Mish(), nn.Hardsigmoid(), nn.LogSigmoid(), nn.Tanhshrink(),
+                          nn.Threshold(0.1, -2.0), nn.Softsign(), nn.Hardtanh(-0.5, 0.5)])
+    with torch.no_grad():
+        mods[1].weight.uniform_(-1, 1)
+
+    def fn(m, x):
+        outs = [a(x) for a in m.mods]
+        outs += [F.glu(x, 1), m.sm2(x), m.lsm(x), m.smin(x), torch.rsqrt(x.abs() + 1), torch.exp(x).log(),
+                 x.pow(2), torch.pow(x, 3), 2 ** x, x.sign() * x.square(), torch.log1p(x.abs()), x.expm1()]
+        return [o.flatten(1) for o in outs]
+
+    model = Fn(fn, mods=mods, sm2=nn.Softmax2d(), lsm=nn.LogSoftmax(dim=1), smin=nn.Softmin(dim=-1))
+    check(model, (torch.randn(2, 4, 3, 5) * 3,))
+
+
+# ------------------------------------------------------------------------------------------- pooling
+def test_pooling():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: [m.a(x), m.b(x), m.c(x), m.d(x), m.e(x), F.avg_pool2d(x, 3, 2, 1, True, False),
+                             F.max_pool2d(x, 2, 1, 0, 2), F.adaptive_max_pool2d(x, 1), F.adaptive_avg_pool2d(x, (2, 3))],
+               a=nn.AdaptiveAvgPool2d((3, 4)), b=nn.AdaptiveMaxPool2d((2, 3)), c=nn.MaxPool2d(3, 2, 1, dilation=2,
+                                                                                           ceil_mode=True),
+               d=nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), e=nn.AdaptiveAvgPool2d((None, 1)))
+    check(model, (torch.randn(2, 3, 7, 9),))
+
+
+def test_pooling_1d_3d_and_conv3d():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x, v: (m.p1(x), m.p2(x), F.avg_pool1d(x, 2), m.pool3(m.conv3(v))),
+               p1=nn.AdaptiveAvgPool1d(5), p2=nn.AdaptiveMaxPool1d(4), conv3=nn.Conv3d(2, 3, 3, padding=1),
+               pool3=nn.MaxPool3d(2))
+    check(model, (torch.randn(2, 4, 12), torch.randn(1, 2, 4, 4, 4)))
+
+
+def test_max_pool_with_indices_stays_opaque():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: m.p(x)[0] * 2 + m.p(x)[1].float(), p=nn.MaxPool2d(2, return_indices=True))
+    check(model, (torch.randn(2, 3, 4, 4),), opaque=["MaxPool2d", "MaxPool2d"])
+
+
+# ------------------------------------------------------------------------------------------- reductions
+def test_reductions():
+    torch.manual_seed(0)
+
+    def fn(m, x, y):
+        v, i = x.max(dim=2)
+        return [v, i, torch.max(x, 1, keepdim=True).values, torch.max(x), torch.max(x, y), x.min(-1)[0],
+                torch.min(x, dim=0).indices, torch.minimum(x, y), x.amax(dim=(1, 2)), torch.amin(x, 0, True),
+                x.argmax(), torch.argmin(x, dim=1, keepdim=True), x.mean((0, 2)), x.sum(-1, keepdim=True),
+                x.std(1), x.var(dim=(0, 2), unbiased=False), torch.std(x, dim=-1, correction=0, keepdim=True),
+                *torch.var_mean(x, 1), x.sum(), x.mean()]
+
+    check(Fn(fn), (torch.randn(3, 4, 5), torch.randn(3, 4, 5)))
+
+
+# ------------------------------------------------------------------------------------------- shapes
+def test_padding():
+    torch.manual_seed(0)
+    model = Fn(lambda m, x: [F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=0.5), F.pad(x, (2, 1, 1, 2), "reflect"),
+                             F.pad(x, (1, 1, 1, 1), "replicate"), F.pad(x, (1, 2, 0, 1), "circular"), m.a(x), m.b(x),
+                             m.c(x), m.d(x), F.pad(x, (-1, 0, 1, -1))],
+               a=nn.ZeroPad2d((1, 0, 2, 1)), b=nn.ReflectionPad2d(1), c=nn.ReplicationPad2d((0, 1, 2, 0)),
+               d=nn.ConstantPad1d(2, -1.0))
+    check(model, (torch.randn(2, 3, 4, 5),))
+
+
+def test_split_stack_and_repeat():
+    torch.manual_seed(0)
+
+    def fn(m, x):
+        a, b = torch.split(x, [2, 4], dim=1)
+        c = x.chunk(3, dim=-1)
+        d = torch.unbind(x, 2)
+        s = torch.stack([a.sum(1), b.mean(1)], dim=-1)
+        return [a * 2, b, *c, *d, s, x[:, :1].expand(-1, 4, -1), x.repeat(1, 2, 1), x.repeat(2, 1, 1, 1),
+                torch.tile(x, (2,)), x.repeat_interleave(2, dim=1), torch.movedim(x, 0, -1), x.swapaxes(0, 1),
+                torch.broadcast_to(x[:, :1], (2, 6, 3)), torch.cat(x.split(2, 1), dim=2)]
+
+    check(Fn(fn), (torch.randn(2, 6, 3),))
+
+
+def test_indexing_and_views():
+    torch.manual_seed(0)
+
+    def fn(m, x):
+        n = x.size(0)
+        y = x.contiguous().view(x.size(0), -1, x.shape[-1])
+        return [x[:, ::2, 1:, None], x[..., -1], x[None, ..., ::3], x[1], x[-1, :, -2:], y.view(n, -1),
+                torch.flatten(x, 1, 2), x.flatten(2), x.flatten(), x.unsqueeze(-1).squeeze(), x[:, :1].squeeze(1),
+                x.reshape(-1, x.size(-1)).t(), x.permute(2, 0, 1), x.transpose(-1, -2),
+                x + torch.arange(x.size(-1)).float(), x.view_as(x.transpose(1, 2)), x.type_as(y)]
+
+    check(Fn(fn), (torch.randn(2, 4, 6),))
+
+
+def test_where_masks_clamp_and_comparisons():
+    torch.manual_seed(0)
+
+    def fn(m, x, y):
+        mask = x > 0.2
+        return [torch.where(mask, x, y), torch.where(x < y, 1.0, x), x.masked_fill(~mask, -1.0),
+                x.masked_fill(mask & (y > 0), 0.0), x.clamp(-0.5, 0.5), x.clamp(min=y), torch.clamp(x, y - 1, y + 1),
+                x.clamp_min(0.1), (x >= y).float(), (x != y).to(torch.float32) + (x == x).float(),
+                torch.logical_or(mask, y < 0).float(), torch.maximum(x, y) - torch.minimum(x, y),
+                torch.zeros_like(x) + torch.ones_like(y) * 2 + torch.full_like(x, 3.0)]
+
+    check(Fn(fn), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))
+
+
+def test_embedding_with_padding_idx():
+    torch.manual_seed(0)
+    model = Fn(lambda m, ids: m.fc(m.emb(ids) + F.embedding(ids, m.emb.weight, padding_idx=1)),
+               emb=nn.Embedding(10, 4, padding_idx=0), fc=nn.Linear(4, 2))
+    ids = torch.tensor([[0, 3, 5, 0], [1, 2, 9, 0]])
+    check(model, (ids,))
+    # training keeps the lookup opaque: torch gives the padding row no gradient
+    graph = aiacc.trace(model.train(), (ids,))
+    assert sorted(n.op for n in graph if n.is_opaque) == ["Embedding", "embedding"]
+
+
+# ------------------------------------------------------------------------------------------- weird models
+class Branchy(nn.Module):
+    """Python control flow on a tensor value in the top-level forward: fx cannot trace any of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            return y * 2
+        return -y
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        picked = y[y > 0]  # data-dependent shape
+        return y.relu() * 2, picked.sum(), torch.nonzero(y > 0).shape[0] * 0 + y.mean()
+
+
+class InPlace(nn.Module):
+    """In-place ops on an input and on intermediates that are read again afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = x * 1.0
+        x.add_(1)
+        y = self.fc(x)
+        z = y
+        z.mul_(2)
+        y += 1  # in place: z is y
+        w = self.act(y)  # relu in place: y, z and w are all relu(2 fc(x + 1) + 1)
+        return y + w + z, x
+
+
+class Structured(nn.Module):
+    """Returns a list, a nested dict, None and a constant; takes keyword inputs and a default."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x, extra=None, scale: float = 2.0, mask=None):
+        y = self.fc(x) * scale
+        out = {"list": [y, y.relu()], "nested": {"z": y.sum(-1), "none": None}, "const": 3}
+        if extra is not None:
+            out["extra"] = extra + 1
+        if mask is not None:
+            out["masked"] = y.masked_fill(mask, 0.0)
+        return out
+
+
+class TokenModel(nn.Module):
+    """Token ids with a bool attention mask, as in a BERT-style encoder."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.pos = nn.Parameter(torch.randn(1, 6, 8) * 0.1)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.emb(input_ids) + self.pos[:, :input_ids.size(1)]
+        h = self.layer(h, src_key_padding_mask=~attention_mask)
+        m = attention_mask.unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1))
+
+
+class ReturnsNone(nn.Module):
+    def forward(self, x):
+        return None
+
+
+def test_control_flow_makes_the_model_opaque_and_round_trips():
+    torch.manual_seed(0)
+    check(Branchy(), (torch.randn(2, 4),), opaque=["Branchy"])
+
+
+def test_data_dependent_shapes_stay_opaque():
+    torch.manual_seed(0)
+    model = DataDependent()
+    graph = aiacc.trace(model, (torch.randn(3, 4),))
+    assert any(n.is_opaque for n in graph)
+    fast = aiacc.optimize(model, (torch.randn(3, 4),))
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        assert_close_rel(model(x), fast(x))
+
+
+def test_in_place_ops_keep_their_effect_on_later_reads():
+    torch.manual_seed(0)
+    check(InPlace(), (torch.randn(3, 4),))
+
+
+def test_setitem_on_an_intermediate():
+    torch.manual_seed(0)
+
+    def fn(m, x):
+        y = m.fc(x)
+        y[:, 0] = 0.0
+        y[1:, 2:] = y[1:, 2:] * 3
+        return y.relu()
+
+    check(Fn(fn, fc=nn.Linear(4, 5)), (torch.randn(3, 4),))
+
+
+def test_structured_outputs_and_keyword_inputs():
+    torch.manual_seed(0)
+    model = Structured()
+    x, extra, mask = torch.randn(2, 4), torch.randn(2), torch.tensor([[True, False, True], [False] * 3])
+    check(model, {"x": x, "extra": extra, "mask": mask})
+    fast = aiacc.optimize(model.eval(), {"x": x, "extra": extra, "mask": mask})
+    out = fast(x, extra=extra, mask=mask)
+    assert out["const"] == 3 and out["nested"]["none"] is None and isinstance(out["list"], list)
+    check(model, (x,))
+
+
+def test_token_ids_with_bool_attention_mask():
+    torch.manual_seed(0)
+    model = TokenModel()
+    ids = torch.randint(0, 20, (2, 6))
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    check(model, (ids, mask), rtol=1e-4)
+
+
+def test_module_returning_none():
+    model = ReturnsNone()
+    fast = aiacc.optimize(model, (torch.randn(2),))
+    assert fast(torch.randn(2)) is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (Fn(lambda m, x: x.numpy().sum()), (torch.randn(2),)),
+    lambda: (Fn(lambda m, x: int(x.sum()) * x), (torch.randn(2),)),
+    lambda: (Fn(lambda m, x: [x] * len(x)), (torch.randn(2),)),
+    lambda: (Fn(lambda m, x: x.view(-1, 3)), (torch.randn(2, 2),)),
+    lambda: (Fn(lambda m, x, k: x * k), (torch.randn(2), torch.randn(3))),
+    lambda: (Fn(lambda m, x: torch.randint(0, 5, x.shape) + x), (torch.randn(2),)),
+    lambda: (Fn(lambda m, x: x.float() / 3), (torch.arange(6),)),
+    lambda: (Fn(lambda m, x: x.to(torch.bfloat16).float()), (torch.randn(3),)),
+    lambda: (Fn(lambda m, x: x + 1), ("not a tensor",)),
+    lambda: (Fn(lambda m, x: x + 1), (torch.randn(2, dtype=torch.bfloat16),)),
+])
+def test_weird_models_raise_only_aiacc_errors(make):
+    model, inputs = make()
+    for mode in ("eval", "train"):
+        getattr(model, mode)()
+        for fn in (aiacc.trace, aiacc.optimize):
+            try:
+                fn(model, inputs)
+            except AiaccError:
+                pass
