@@ -340,6 +340,9 @@ def lower_opaque(b: Builder, node: Node) -> list:
     kind = node.meta.get("torch.kind")
     if kind == "module":
         target = b.add_opaque_module(fn, qualname=node.meta.get("torch.target"))
+        from aiacc.plugins.torch.opaque import tie_state
+
+        tie_state(b.root.get_submodule(target), node.meta.get("torch.target"), b.root)
         result = b.fx.call_module(target, tuple(args), dict(kwargs))
     elif kind == "method":
         result = b.method(fn.name, *args, **kwargs)

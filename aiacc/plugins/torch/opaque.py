@@ -130,6 +130,24 @@ def make_kernel(fn: Callable, in_spec, template: Sequence[Any], tensor_pos: Sequ
     return kernel
 
 
+def tie_state(module: torch.nn.Module, qualname: str | None, root: torch.nn.Module) -> None:
+    """Make an opaque submodule's copy use the parameters and buffers that `root` already holds under the
+    same qualified names (a weight the opaque module shares with translated ops, e.g. a tied embedding
+    read by F.embedding elsewhere): one tensor, so gradients add up as in the original."""
+    if not qualname:
+        return
+    for sub_name, sub in module.named_modules():
+        prefix = f"{qualname}.{sub_name}." if sub_name else f"{qualname}."
+        for table, lookup in ((sub._parameters, root.get_parameter), (sub._buffers, root.get_buffer)):
+            for name, mine in list(table.items()):
+                try:
+                    existing = lookup(prefix + name)
+                except AttributeError:
+                    continue
+                if existing is not mine and existing.shape == getattr(mine, "shape", None):
+                    table[name] = existing
+
+
 class CallableModule(torch.nn.Module):
     """An opaque function call held as a submodule of the exported module: fx's code generator cannot
     name every callable (a custom autograd Function's `apply`, a function from a user script), but it
