@@ -528,3 +528,45 @@ def _arange(ctx: Ctx):
     values = np.arange(start, stop, step, dtype=np.float64)
     values = np.repeat(values, ctx.int("repeat", 1) or 1)
     return ctx.constant("value", values.astype(_dtype_attr(ctx)))
+
+
+# -- the numpy-interface ops (mx.np / npx.set_np blocks) whose semantics equal the classic ones ----------
+
+_NP_BINARY = {"_npi_add": "Add", "_npi_subtract": "Sub", "_npi_multiply": "Mul", "_npi_true_divide": "Div",
+              "_npi_maximum": "Max", "_npi_minimum": "Min", "_npi_power": "Pow"}
+_NP_SCALAR = {"_npi_add_scalar": ("Add", True), "_npi_subtract_scalar": ("Sub", True),
+              "_npi_rsubtract_scalar": ("Sub", False), "_npi_multiply_scalar": ("Mul", True),
+              "_npi_true_divide_scalar": ("Div", True), "_npi_rtrue_divide_scalar": ("Div", False),
+              "_npi_power_scalar": ("Pow", True), "_npi_rpower_scalar": ("Pow", False),
+              "_npi_maximum_scalar": ("Max", True), "_npi_minimum_scalar": ("Min", True)}
+_NP_UNARY = {"_npx_relu": "Relu", "_npx_sigmoid": "Sigmoid", "_npi_tanh": "Tanh", "_npi_exp": "Exp",
+             "_npi_log": "Log", "_npi_sqrt": "Sqrt", "_npi_absolute": "Abs", "_npi_negative": "Neg"}
+
+
+def _floats(ctx: Ctx) -> bool:
+    """numpy type promotion equals the classic ops' only when every input has one floating dtype."""
+    dtypes = {v.dtype for v in ctx.inputs}
+    return len(dtypes) == 1 and None not in dtypes and np.issubdtype(np.dtype(dtypes.pop()), np.floating)
+
+
+@converter(*_NP_BINARY)
+def _np_binary(ctx: Ctx):
+    if len(ctx.inputs) != 2 or not _floats(ctx):
+        return None
+    return ctx.op(_NP_BINARY[ctx.node.op], ctx.inputs[0], ctx.inputs[1])
+
+
+@converter(*_NP_SCALAR)
+def _np_scalar(ctx: Ctx):
+    if not _floats(ctx):
+        return None
+    op, right = _NP_SCALAR[ctx.node.op]
+    s = ctx.scalar(ctx.float("scalar", 0.0))
+    return ctx.op(op, ctx.inputs[0], s) if right else ctx.op(op, s, ctx.inputs[0])
+
+
+@converter(*_NP_UNARY)
+def _np_unary(ctx: Ctx):
+    if not _floats(ctx):
+        return None
+    return ctx.op(_NP_UNARY[ctx.node.op], ctx.inputs[0])

@@ -39,5 +39,6 @@ class OrtBlock(_mx.gluon.Block):
             if v.dtype is not None and a.dtype.name != v.dtype:
                 a = a.astype(v.dtype)
             feeds[v.name] = a
-        outs = [mx.nd.array(o, dtype=o.dtype) for o in self._runner.run(feeds)]
+        array = mx.np.array if mx.util.is_np_array() else mx.nd.array  # a block under npx.set_np() returns mx.np
+        outs = [array(o, dtype=o.dtype) for o in self._runner.run(feeds)]
         return outs[0] if len(outs) == 1 else outs

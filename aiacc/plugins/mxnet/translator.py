@@ -136,7 +136,8 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
         arrays = list(arrays.values())
     if not arrays:
         raise UnsupportedError(f"tracing the Gluon block {type(block).__name__} needs example inputs")
-    nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+    np_mode = mx.util.is_np_array()  # a block written for mx.np (npx.set_np()) takes and returns mx.np arrays
+    nd = [(mx.np.array if np_mode else mx.nd.array)(a, dtype=a.dtype) for a in arrays]
     try:
         block(*nd)  # finishes deferred parameter initialization
         mx.nd.waitall()  # MXNet runs asynchronously (MKLDNN may still be reordering weights in place)
@@ -147,13 +148,15 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
                                f"does MXNet run it on the CPU?): {_mx_error(e)}") from None
     names = gluon_input_names(len(nd))
     try:
-        out = block(*[mx.sym.var(n) for n in names])
+        out = block(*[mx.sym.var(n).as_np_ndarray() if np_mode else mx.sym.var(n) for n in names])
     except Exception as e:  # noqa: BLE001 - user code: e.g. a hybrid_forward that reads x.shape
         raise UnsupportedError(f"{type(block).__name__} cannot be called on MXNet Symbols, so aiacc cannot "
                                f"trace it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                f"its hybrid_forward must use only F.* operators") from None
     if isinstance(out, (list, tuple)):
-        out = mx.sym.Group(list(_flat_symbols(out)))
+        out = mx.sym.Group([o.as_nd_ndarray() if np_mode else o for o in _flat_symbols(out)])
+    elif np_mode:
+        out = out.as_nd_ndarray()
     text = out.tojson()
     params = {}
     for p in block.collect_params().values():
@@ -260,7 +263,8 @@ class MXNetTranslator(Translator):
             arrays = example_arrays(example_inputs)
             if isinstance(arrays, dict):
                 arrays = list(arrays.values())
-        nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+        array = mx.np.array if mx.util.is_np_array() else mx.nd.array
+        nd = [array(a, dtype=a.dtype) for a in arrays]
         try:
             return _flatten_outputs(model(*nd))
         except mx.base.MXNetError as e:  # MXNet runs lazily: errors surface when outputs are read

@@ -401,3 +401,34 @@ def test_control_flow_ops_keep_their_subgraphs(block, op, tmp_path):
 def test_graph_structure_edge_cases(outputs, tmp_path):
     model, feeds = _triple(outputs(), {"x": (2, 3)})
     check(model, feeds, tmp_path)
+
+
+class _NumpyStyle(nn.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.conv = nn.Conv2D(3, 3)
+            self.dense = nn.Dense(4)
+
+    def hybrid_forward(self, F, x):
+        y = F.np.maximum(F.np.exp(x) * 2 - x / 3, F.npx.sigmoid(x)) + F.np.tanh(x) ** 2
+        return self.dense(F.np.mean(F.npx.relu(self.conv(y)), axis=(2, 3)) + 1)
+
+
+def test_numpy_interface_block():
+    """A block written for mx.np (under npx.set_np()): traced through legacy symbols, its classic-equivalent
+    ops translated, the others (here np.mean, which returns 0-d arrays) opaque."""
+    mx.npx.set_np()
+    try:
+        block = _NumpyStyle()
+        block.initialize()
+        block.hybridize()
+        x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype("float32")
+        block(mx.np.array(x))
+        g = aiacc.trace(block, [x])
+        assert sorted({n.op for n in g if n.is_opaque}) == ["_npi_mean"]
+        expected = T.run(block, [x])
+        for backend in ("native", "onnxruntime"):
+            _same(T.run(aiacc.optimize(block, [x], backend=backend), [x]), expected, backend)
+    finally:
+        mx.npx.reset_np()
