@@ -19,7 +19,7 @@ import aiacc
 from aiacc.core import run
 from aiacc.errors import AiaccError
 from aiacc.plugins.torch.translator import TRANSLATOR
-from tests.plugins.torch._helpers import assert_close_rel, leaves
+from tests.plugins.torch._helpers import leaves
 
 torch.set_num_threads(1)
 
@@ -58,6 +58,18 @@ def _train_step(model, inputs, seed=123):
     return out, [t.grad for t in leaves(inputs) if t.requires_grad]
 
 
+def close(expected, actual, rtol, what, atol=1e-7):
+    """Every tensor leaf within rtol relative to its largest magnitude (plus atol, for gradients that are
+    zero up to rounding, such as a normalization's input gradient under a scale-free loss)."""
+    e, a = leaves(expected), leaves(actual)
+    assert len(e) == len(a), f"{what}: {len(a)} tensors, expected {len(e)}"
+    for i, (x, y) in enumerate(zip(e, a)):
+        assert x.shape == y.shape, f"{what} {i}: shape {tuple(y.shape)} != {tuple(x.shape)}"
+        scale = float(x.detach().abs().max()) if x.numel() else 0.0
+        err = float((x.detach().double() - y.detach().double()).abs().max()) if x.numel() else 0.0
+        assert err <= atol + rtol * scale, f"{what} {i}: max error {err:.3g} > {atol} + {rtol} * {scale:.3g}"
+
+
 def check(model, inputs, opaque=(), train=True, backends=("native", "onnxruntime"), rtol=1e-5):
     """Assert the translation (opaque ops as listed) and every optimized form against the original."""
     torch.manual_seed(0)
@@ -68,11 +80,11 @@ def check(model, inputs, opaque=(), train=True, backends=("native", "onnxruntime
         expected = _call(model, inputs)
     got = run(graph, TRANSLATOR.feeds(graph, inputs))
     ref = [torch.from_numpy(np.asarray(got[v.name])) for v in graph.outputs]
-    assert_close_rel([t for t in leaves(expected)], ref, rtol, "reference executor")
+    close([t for t in leaves(expected)], ref, rtol, "reference executor")
     for backend in backends:
         fast = aiacc.optimize(model, inputs, backend=backend)
         with torch.no_grad():
-            assert_close_rel(expected, _call(fast, inputs), rtol, f"{backend} output")
+            close(expected, _call(fast, inputs), rtol, f"{backend} output")
     if not train:
         return
     model.train()
@@ -80,17 +92,18 @@ def check(model, inputs, opaque=(), train=True, backends=("native", "onnxruntime
     fast = aiacc.optimize(model, inputs)
     out_a, in_grads_a = _train_step(original, inputs)
     out_b, in_grads_b = _train_step(fast, inputs)
-    assert_close_rel(out_a, out_b, rtol, "train output")
-    assert_close_rel(in_grads_a, in_grads_b, rtol, "input gradient")
-    grads = {k: p.grad for k, p in fast.named_parameters()}
+    close(out_a, out_b, rtol, "train output")
+    close(in_grads_a, in_grads_b, rtol, "input gradient", atol=1e-6)
+    # state keeps its names (a model that is opaque as a whole sits under "model.")
+    grads = {k.removeprefix("model."): p.grad for k, p in fast.named_parameters(remove_duplicate=False)}
     for name, p in original.named_parameters():
         if p.grad is None:
             assert grads[name] is None or float(grads[name].abs().max()) == 0.0, name
         else:
-            assert_close_rel(p.grad, grads[name], rtol, f"gradient of {name}")
-    buffers = dict(fast.named_buffers())
+            close(p.grad, grads[name], rtol, f"gradient of {name}", atol=1e-6)
+    buffers = {k.removeprefix("model."): b for k, b in fast.named_buffers(remove_duplicate=False)}
     for name, b in original.named_buffers():
-        assert_close_rel(b, buffers[name], rtol, f"buffer {name}")
+        close(b, buffers[name], rtol, f"buffer {name}")
 
 
 # ------------------------------------------------------------------------------------------- a U-Net
@@ -169,7 +182,9 @@ def test_upsample_modules():
 # ------------------------------------------------------------------------------------------- normalization
 def test_group_and_instance_norm():
     torch.manual_seed(0)
-    model = Fn(lambda m, x: m.in2(m.in1(m.gn2(m.gn1(x)) * 3) + 1) + F.group_norm(x, 2) + F.instance_norm(x),
+    # side by side, not chained: a normalization after another cancels the first one's scale, leaving
+    # gradients that are rounding noise
+    model = Fn(lambda m, x: m.in1(x * 3) + m.gn1(x) * m.gn2(x) + m.in2(x + 1) + F.group_norm(x, 2) + F.instance_norm(x),
                gn1=nn.GroupNorm(2, 6), gn2=nn.GroupNorm(3, 6, affine=False), in1=nn.InstanceNorm2d(6, affine=True),
                in2=nn.InstanceNorm2d(6))
     for p in model.parameters():
@@ -414,7 +429,7 @@ def test_data_dependent_shapes_stay_opaque():
     fast = aiacc.optimize(model, (torch.randn(3, 4),))
     x = torch.randn(3, 4)
     with torch.no_grad():
-        assert_close_rel(model(x), fast(x))
+        close(model(x), fast(x), 1e-5, "output")
 
 
 def test_in_place_ops_keep_their_effect_on_later_reads():
@@ -472,11 +487,16 @@ def test_module_returning_none():
     lambda: (Fn(lambda m, x: x + 1), (torch.randn(2, dtype=torch.bfloat16),)),
 ])
 def test_weird_models_raise_only_aiacc_errors(make):
+    """Each either works (and then computes what the original computes) or raises an aiacc error."""
     model, inputs = make()
     for mode in ("eval", "train"):
         getattr(model, mode)()
-        for fn in (aiacc.trace, aiacc.optimize):
-            try:
-                fn(model, inputs)
-            except AiaccError:
-                pass
+        try:
+            aiacc.trace(model, inputs)
+            fast = aiacc.optimize(model, inputs)
+        except AiaccError:
+            continue
+        with torch.no_grad():
+            expected, got = _call(model, inputs), _call(fast, inputs)
+        if isinstance(expected, torch.Tensor) and expected.dtype != torch.int64:
+            close(expected, got, 1e-5, "output")
