@@ -100,7 +100,7 @@ class SymbolOpaqueBackend(OpaqueBackend):
                 continue
             node = MxNode(i, raw["op"], str(raw.get("name")), dict(raw.get("attrs", raw.get("attr", {})) or {}),
                           [tuple(r[:2]) for r in raw.get("inputs", [])],
-                          {k: v for k, v in raw.items() if k not in ("op", "name", "attrs", "attr", "param", "inputs")})
+                          {"subgraphs": raw["subgraphs"]} if raw.get("subgraphs") else {})
             try:
                 n_out = len(self.symbol(node, len(node.inputs)).list_outputs())
             except Exception:  # noqa: BLE001 - this node is looked at again, alone, when it is imported

@@ -28,8 +28,8 @@ class MxNode:
     name: str
     attrs: dict[str, str] = field(default_factory=dict)
     inputs: list[tuple[int, int]] = field(default_factory=list)  # (node index, output index)
-    # any other fields of the JSON node, kept verbatim: control-flow ops (_foreach, _while_loop, _cond)
-    # carry their bodies as "subgraphs"
+    # other fields of the JSON node kept verbatim: control-flow ops (_foreach, _while_loop, _cond) carry
+    # their bodies as "subgraphs"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -95,7 +95,9 @@ def parse_symbol_json(text: str | bytes | dict, source: str = "symbol JSON") -> 
             inputs.append((ref[0], ref[1]))
         if raw["op"] == "null" and inputs:
             raise ParseError(f"{where}: a variable (op 'null') cannot have inputs")
-        extra = {k: v for k, v in raw.items() if k not in ("op", "name", "attrs", "attr", "param", "inputs")}
+        # the only other node field that survives re-indexing (control_deps name node indices, and
+        # backward_source_id is a pre-1.0 leftover)
+        extra = {"subgraphs": raw["subgraphs"]} if raw.get("subgraphs") else {}
         nodes.append(MxNode(i, raw["op"], raw["name"], attrs, inputs, extra))
     heads = []
     for ref in doc["heads"]:

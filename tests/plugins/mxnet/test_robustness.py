@@ -432,3 +432,28 @@ def test_numpy_interface_block():
             _same(T.run(aiacc.optimize(block, [x], backend=backend), [x]), expected, backend)
     finally:
         mx.npx.reset_np()
+
+
+def test_pre_1_0_symbol_file(tmp_path):
+    """A file in MXNet 0.x form ("param" instead of "attrs", backward_source_id, no version)."""
+    from aiacc.plugins import mxnet as plugin
+
+    out = S.smooth_l1(S.FullyConnected(S.var("data"), num_hidden=3, name="fc"), scalar=1.0, name="s")
+    doc = json.loads(out.tojson())
+    for n in doc["nodes"]:
+        if "attrs" in n:
+            n["param"] = n.pop("attrs")
+        n["backward_source_id"] = -1
+    doc.pop("attrs", None)
+    (tmp_path / "m-symbol.json").write_text(json.dumps(doc))
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((3, 4)).astype("float32"), rng.standard_normal(3).astype("float32")
+    mx.nd.save(str(tmp_path / "m-0000.params"), {"arg:fc_weight": mx.nd.array(w), "arg:fc_bias": mx.nd.array(b)})
+    x = rng.standard_normal((2, 4)).astype("float32")
+    path = str(tmp_path / "m-symbol.json")
+    g = plugin.trace(path, [x])
+    assert [n.qualified_op for n in g] == ["Gemm", "mxnet::smooth_l1"]
+    fast = plugin.optimize(path, [x])
+    y = x @ w.T + b
+    expected = np.where(np.abs(y) < 1, 0.5 * y * y, np.abs(y) - 0.5)  # smooth_l1 with sigma 1
+    _same(T.run(fast, [x]), [expected], "optimized")
