@@ -954,3 +954,15 @@ def _band_part(imp, tfop):
     mask = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
     zero = imp.init(np.array(0, np_dtype_name(tfop.inputs[0].dtype, tfop.name)), tfop.name + "_zero")
     return [Entry(imp.emit1("Where", [imp.init(mask, tfop.name + "_mask"), imp.plain(x), zero], name=tfop.name))]
+
+
+@handles("Any", "All")
+def _any_all(imp, tfop):
+    """Any / All over bool -> ReduceMax / ReduceMin over the values as int32."""
+    axes, rank = _reduce_axes(imp, tfop)
+    keep = int(bool(tfop.get_attr("keep_dims")))
+    n = tfop.name
+    as_int = imp.emit1("Cast", [imp.plain(tfop.inputs[0])], {"to": "int32"}, name=n + "_int")
+    red = imp.emit1("ReduceMax" if tfop.type == "Any" else "ReduceMin", [as_int, imp.ints(axes, n + "_axes")],
+                    {"keepdims": keep}, name=n + "_reduce")
+    return [Entry(imp.emit1("Cast", [red], {"to": "bool"}, name=n))]

@@ -454,7 +454,8 @@ class GraphImporter:
         v.type = TensorType(v.dtype or dtype, merged)
 
     def rank(self, t) -> int | None:
-        s = tf_shape(t.shape)
+        """Rank of `t`: TF's static shape, else the IR's (TF loses it through some function calls)."""
+        s = self.static_shape(t)
         return None if s is None else len(s)
 
     def static_shape(self, t) -> tuple | None:
