@@ -499,12 +499,12 @@ def _dtype_attr(ctx: Ctx, default: str = "float32") -> str:
     return np.dtype(default if d in (None, "None") else d).name
 
 
-@converter("_zeros", "_ones", "_full", "zeros", "ones", "full")
+@converter("_zeros", "_ones", "_full")
 def _filled(ctx: Ctx):
     shape = ctx.tuple("shape", ())
     if not shape or any(d <= 0 for d in shape) or ctx.inputs:
         return None  # 0 = a size MXNet infers from the consumers: keep the node (its type is inferred)
-    fill = {"_zeros": 0.0, "zeros": 0.0, "_ones": 1.0, "ones": 1.0}.get(ctx.node.op)
+    fill = {"_zeros": 0.0, "_ones": 1.0}.get(ctx.node.op)
     fill = ctx.float("value", 0.0) if fill is None else fill
     return ctx.constant("value", np.full(shape, fill, dtype=_dtype_attr(ctx)))
 
@@ -518,7 +518,7 @@ def _filled_like(ctx: Ctx):
     return ctx.constant("value", np.full(s, fill, dtype=ctx.dtype(0)))
 
 
-@converter("_arange", "arange")
+@converter("_arange")
 def _arange(ctx: Ctx):
     if ctx.bool("infer_range", False) or ctx.inputs:
         return None
