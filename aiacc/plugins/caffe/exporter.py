@@ -22,6 +22,7 @@ from google.protobuf import text_format
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops.nn import window_params
 from aiacc.core.ops.shape_utils import conv_output_size
+from aiacc.core.passes.utils import const_value as _const  # initializer or Constant node data
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.importer import OPAQUE_DOMAIN
@@ -35,17 +36,6 @@ def caffe_pool_size(size: int, kernel: int, stride: int, pad: int, ceil: bool = 
     if pad and (out - 1) * stride >= size + pad:
         out -= 1
     return out
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    if v is None:
-        return None
-    if v.const is not None:
-        return v.const
-    p = v.producer
-    if p is not None and p.op == "Constant" and p.domain == "" and p.attrs.get("value") is not None:
-        return np.asarray(p.attrs["value"])
-    return None
 
 
 def _static(v: Value) -> list[int] | None:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from aiacc.core.ir import Graph, Node, Value
+from aiacc.core.passes.utils import const_value
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.tf._tf import tf
 
@@ -176,14 +177,8 @@ class Emitter:
         return self._cache[key]
 
     def const(self, v: Value | None) -> np.ndarray | None:
-        if v is None:
-            return None
-        if v.const is not None:
-            return v.const
-        p = v.producer
-        if p is not None and p.op == "Constant" and p.domain == "" and p.attrs.get("value") is not None:
-            return np.asarray(p.attrs["value"])
-        return None
+        """The value's data when it is an initializer or a Constant node's output, else None."""
+        return const_value(v)
 
     def rank(self, v: Value) -> int | None:
         return None if v.shape is None else len(v.shape)

@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops import get_schema
+from aiacc.core.passes.utils import const_value as _const_of  # initializer or Constant node data
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
 
@@ -286,15 +287,6 @@ def resolved_attrs(node: Node) -> dict:
     attrs = {k: (None if spec.default is REQUIRED else spec.default) for k, spec in node.schema.attrs.items()}
     attrs.update(node.attrs)
     return attrs
-
-
-def _const_of(v: Value) -> np.ndarray | None:
-    if v.const is not None:
-        return v.const
-    p = v.producer
-    if p is not None and p.op == "Constant" and p.domain == "" and p.attrs.get("value") is not None:
-        return np.asarray(p.attrs["value"])
-    return None
 
 
 def _lower_by_decomposition(b: Builder, node: Node, fusions) -> list:
