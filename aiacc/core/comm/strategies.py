@@ -10,7 +10,8 @@ bytescheduler   ByteScheduler: tensors cut into partitions (4 MB), no fusion, an
 aiacc           aiacc's plan: for several partition sizes, bucket boundaries chosen by dynamic
                 programming over the gradient order (minimising when each prefix of the gradients has
                 been all-reduced), scheduled FIFO or by priority; every candidate, and the plans of
-                the strategies above, is run through the simulator and the fastest one is kept.
+                the strategies above, is run through the simulator and the fastest one is kept, then
+                improved by hill-climbing (merge neighbours, cut a bucket, shift a boundary).
 """
 from __future__ import annotations
 
