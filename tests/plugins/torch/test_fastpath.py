@@ -58,6 +58,12 @@ def test_packed_weight_follows_in_place_updates_and_shapes():
         assert_close_rel(F.conv2d(x, w, None, 1, 1), fastpath.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1))
         x2 = torch.randn(3, 4, 11, 7)  # another input shape
         assert_close_rel(F.conv2d(x2, w, None, 1, 1), fastpath.conv2d(x2, w, None, [1, 1], [1, 1], [1, 1], 1))
+        lw = torch.randn(6, 5)
+        for rows in (1, 4, 1):  # packed per row count
+            xl = torch.randn(rows, 5)
+            assert_close_rel(F.linear(xl, lw), fastpath.linear(xl, lw, None))
+        lw.copy_(torch.randn(6, 5))
+        assert_close_rel(F.linear(xl, lw), fastpath.linear(xl, lw, None))
 
 
 def test_other_dtypes_take_the_plain_path():
