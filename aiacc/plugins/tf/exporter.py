@@ -78,13 +78,7 @@ def export_graph(graph: Graph) -> Any:
     structure = graph.meta.get("tf_output_structure")
 
     def call(self, *xs):
-        outs = Emitter(graph).run(list(xs))
-        if structure is not None:
-            try:
-                return tfm.nest.pack_sequence_as(structure, outs)
-            except (ValueError, TypeError):
-                pass
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return pack_outputs(structure, Emitter(graph).run(list(xs)))
 
     cls = type("AiaccTFModule", (tfm.Module,), {
         "__call__": tfm.function(call, input_signature=specs, autograph=False, reduce_retracing=True),
@@ -182,6 +176,17 @@ class Emitter:
 
     def rank(self, v: Value) -> int | None:
         return None if v.shape is None else len(v.shape)
+
+
+def pack_outputs(structure: Any, outs: list) -> Any:
+    """The output tensors in the original model's output structure (recorded by the importer as
+    graph.meta["tf_output_structure"]) where it fits, else one tensor or a tuple."""
+    if structure is not None:
+        try:
+            return tf().nest.pack_sequence_as(structure, outs)
+        except (ValueError, TypeError):
+            pass
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def const_to_nhwc(c: np.ndarray) -> np.ndarray | None:

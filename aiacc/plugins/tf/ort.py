@@ -18,7 +18,7 @@ from aiacc.plugins.tf._tf import tf
 def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     """A tf.Module running `graph` on onnxruntime, with the graph's original input signature."""
     from aiacc.backends.onnxruntime import OrtGraphRunner
-    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_specs
+    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_specs, pack_outputs
 
     tfm = tf()
     runner = OrtGraphRunner(graph, providers=providers)
@@ -39,12 +39,7 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
         for o, s in zip(outs, out_shapes):
             if s is not None:
                 o.set_shape(s)
-        if structure is not None:
-            try:
-                return tfm.nest.pack_sequence_as(structure, outs)
-            except (ValueError, TypeError):
-                pass
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return pack_outputs(structure, outs)
 
     cls = type("AiaccOrtTFModule", (tfm.Module,), {
         "__call__": tfm.function(call, input_signature=specs, autograph=False),
