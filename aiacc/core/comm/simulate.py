@@ -187,8 +187,6 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
         for k in reversed(with_grads):  # ready order: R(x) = ready[k] for x in (done, done + nbytes[k]]
             ys = np.linspace(done, done + nbytes[k], subdivisions + 1)
             for y0, y1 in zip(ys[:-1], ys[1:]):
-                if y1 >= total:  # one message with every byte: only in the K = 1 case
-                    continue
                 spread = max(total * h(y1) / y1, h(y0) + h(total - y1) + (min_messages - 2) * g0)
                 out = min(out, max(fixed + max(spread, floor_s), ready[k] + c(y0)))
             done += nbytes[k]

@@ -191,3 +191,29 @@ def test_lower_bound_counts_the_messages_a_plan_needs():
     # the per-layer term: g0 ready at 40 ms, 6 ms, then 20 ms forward = 66 ms
     assert lower_bound(m, c) == pytest.approx(0.066)
     assert _brute_force_best(m, c, CostModel(c)) == pytest.approx(0.066)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lower_bound_holds_on_varied_models_and_clusters(seed):
+    """2-5 layers (some with two tensors, the largest tensor cut in thirds when there are few), one or
+    many nodes, any worker count: every grouping and order of the pieces stays above the bound."""
+    rng = np.random.default_rng(1000 + seed)
+    m = ModelSpec("r", tuple(Layer(f"l{i}", float(rng.uniform(1e-5, 4e-3)), float(rng.uniform(1e-5, 6e-3)),
+                                   tuple(GradientSpec(f"g{i}_{j}", int(rng.integers(1_000, 5_000_000)))
+                                         for j in range(int(rng.integers(0, 2)) or 1)))
+                             for i in range(int(rng.integers(2, 6)))))
+    c = ClusterSpec(nodes=int(rng.choice([1, 2, 4, 16, 32])), workers_per_node=int(rng.choice([1, 4, 8])),
+                    inter_bandwidth=float(rng.uniform(1e8, 5e9)), inter_latency=float(rng.uniform(1e-6, 3e-3)),
+                    intra_bandwidth=float(rng.uniform(1e9, 1e11)), intra_latency=float(rng.uniform(1e-6, 1e-4)))
+    cost = CostModel(c)
+    grads = m.gradients()
+    pieces = [Piece(g.name, 0, g.numel) for g in grads]
+    if len(pieces) <= 3:
+        g = max(grads, key=lambda g: g.numel)
+        t = g.numel // 3
+        pieces = [p for p in pieces if p.grad != g.name] + [Piece(g.name, 0, t), Piece(g.name, t, 2 * t),
+                                                            Piece(g.name, 2 * t, g.numel)]
+    best = min(simulate(m, c, Plan("bf", tuple(Bucket(tuple(grp)) for grp in groups)), cost, validate=False).iteration_s
+               for groups in _ordered_partitions(pieces))
+    lb = lower_bound(m, c, cost)
+    assert best * 0.85 <= lb <= best + 1e-12
