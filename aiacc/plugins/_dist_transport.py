@@ -4,16 +4,17 @@ Processes are started by `torchrun` (single node: `torchrun --nproc_per_node 2 t
 torchrun's rendezvous), which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Without
 them a process runs alone (world size 1), like Horovod without `horovodrun`.
 
-`PlanExecutor` runs a communication plan (aiacc.core.comm.Plan) on torch tensors: a bucket's
-all-reduce is started asynchronously as soon as all its pieces are ready and every bucket before it
-in the plan's issue order has started (all ranks must issue collectives in the same order), and the
-results are written back on `wait()`. TensorFlow and MXNet gradients reach it as numpy arrays, turned
-into torch tensors without copying.
+`PlanExecutor` runs a communication plan (aiacc.core.comm.Plan) on torch tensors: each bucket has a
+flat buffer (kept across steps) that gradients are copied into, already divided by the world size, as
+they become ready; torch gradients then stay there as views (`param.grad`), so later steps need no
+copy. A bucket's all-reduce is started asynchronously, in place, as soon as all its pieces are ready and
+every bucket before it in the plan's issue order has started (all ranks must issue collectives in the
+same order); `wait()` finishes them. TensorFlow and MXNet gradients reach it as numpy arrays.
 
 Errors: a collective that fails (a peer died, or did not answer within the timeout, AIACC_COMM_TIMEOUT
 seconds, default 300; joining the job may take AIACC_JOIN_TIMEOUT, default 300) raises
-`RankFailureError`; ranks holding different parameters raise
-`RankMismatchError` naming the first difference.
+`RankFailureError`; ranks holding different parameters raise `RankMismatchError` naming the first
+difference.
 """
 from __future__ import annotations
 
