@@ -6,7 +6,10 @@ and gradients line up with the original, and the result supports .to(), torch.sa
 The forward takes the original's parameters (arguments fixed at trace time keep their value as a default)
 and returns the original's output structure. Opaque nodes call the original callable (a copy of an
 opaque submodule is registered under `opaque.<n>`). aiacc's fused ops lower to the fastest torch form:
-convolution with an activation applied in place, F.linear, F.scaled_dot_product_attention.
+in inference exports, 2-D convolutions and linears go through fastpath.py (oneDNN with weights reordered
+once, channels-last activations, the activation as a oneDNN post-op; F.conv2d / F.linear wherever that
+cannot run), attention (aiacc::Attention, or at level 2 the Softmax chain itself) to
+F.scaled_dot_product_attention; training exports use F.conv2d / F.linear and out-of-place activations.
 """
 from __future__ import annotations
 
