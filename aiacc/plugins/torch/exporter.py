@@ -42,7 +42,10 @@ def lowering(*ops: str, domain: str = ""):
 
 
 def _leaves(x: Any) -> list:
-    """The pytree leaves of x (used inside exported graphs to unpack nested inputs and outputs)."""
+    """The pytree leaves of x (used inside exported graphs to unpack nested inputs and outputs). On a proxy
+    (fx re-traces a GraphModule when torch.load unpickles it) it records itself as one call."""
+    if isinstance(x, fx.Proxy):
+        return x.tracer.create_proxy("call_function", _leaves, (x,), {})
     return pytree.tree_leaves(x)
 
 
