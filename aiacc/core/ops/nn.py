@@ -37,10 +37,16 @@ def window_params(spatial, kernel, attrs):
     return strides, dilations, pads
 
 
+def _dtype_only(ctx: InferContext, n: int = 1) -> list[TensorType | None]:
+    """Outputs of unknown shape but with the first input's dtype (a rank-unknown input), or unknown."""
+    dtype = ctx.dtype(0) if ctx.type(0) is not None else None
+    return [TensorType(dtype, None) if dtype else None] + [None] * (n - 1)
+
+
 def infer_conv(ctx: InferContext) -> list[TensorType | None]:
     x, w = ctx.type(0), ctx.type(1)
     if x is None or w is None or x.shape is None or w.shape is None:
-        return [None]
+        return _dtype_only(ctx)
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise ctx.fail(f"input rank {len(x.shape)} and weight rank {len(w.shape)} must be equal and at least 3")
     kernel = list(ctx.attrs["kernel_shape"] or w.shape[2:])
@@ -134,7 +140,7 @@ def convtranspose_pads(spatial, kernel, strides, dilations, attrs):
 def infer_convtranspose(ctx: InferContext) -> list[TensorType | None]:
     x, w = ctx.type(0), ctx.type(1)
     if x is None or w is None or x.shape is None or w.shape is None:
-        return [None]
+        return _dtype_only(ctx)
     kernel = list(ctx.attrs["kernel_shape"] or w.shape[2:])
     n = len(kernel)
     group = ctx.attrs["group"]
@@ -230,7 +236,7 @@ _POOL_ATTRS = {
 def infer_pool(ctx: InferContext) -> list[TensorType | None]:
     x = ctx.type(0)
     if x is None or x.shape is None:
-        return [None] * len(ctx.node.outputs)
+        return _dtype_only(ctx, len(ctx.node.outputs))
     kernel = ctx.attrs["kernel_shape"]
     if kernel is None:
         raise ctx.fail("kernel_shape is required")
@@ -309,7 +315,7 @@ def average_pool(x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, strid
 def infer_global_pool(ctx: InferContext) -> list[TensorType | None]:
     x = ctx.type(0)
     if x is None or x.shape is None:
-        return [None]
+        return _dtype_only(ctx)
     return [TensorType(x.dtype, (*x.shape[:2], *([1] * (len(x.shape) - 2))))]
 
 
@@ -342,7 +348,7 @@ def lrn(x, *, alpha, beta, bias, size):
 def infer_matmul(ctx: InferContext) -> list[TensorType | None]:
     a, b = ctx.type(0), ctx.type(1)
     if a is None or b is None or a.shape is None or b.shape is None:
-        return [None]
+        return _dtype_only(ctx)
     sa, sb = list(a.shape), list(b.shape)
     if not sa or not sb:
         raise ctx.fail("MatMul inputs must have rank >= 1")
@@ -370,7 +376,7 @@ def matmul(a, b):
 def infer_gemm(ctx: InferContext) -> list[TensorType | None]:
     a, b = ctx.type(0), ctx.type(1)
     if a is None or b is None or a.shape is None or b.shape is None:
-        return [None]
+        return _dtype_only(ctx)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ctx.fail("Gemm inputs must be matrices")
     m, k1 = a.shape[::-1] if ctx.attrs["transA"] else a.shape

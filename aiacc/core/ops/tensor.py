@@ -43,7 +43,7 @@ def shape(x, *, start, end):
 def infer_flatten(ctx: InferContext):
     s = ctx.shape(0)
     if s is None:
-        return [None]
+        return [TensorType(ctx.dtype(0), (None, None)) if ctx.dtype(0) else None]
     axis = ctx.attrs["axis"]
     if not -len(s) <= axis <= len(s):
         raise ctx.fail(f"axis {axis} is out of range for rank {len(s)}")
@@ -114,8 +114,8 @@ def reshape(x, shape, *, allowzero):
 
 def infer_transpose(ctx: InferContext):
     s = ctx.shape(0)
-    if s is None:
-        return [None]
+    if s is None:  # unknown rank: the dtype is still known
+        return [TensorType(ctx.dtype(0), None) if ctx.dtype(0) else None]
     perm = ctx.attrs["perm"] or list(range(len(s)))[::-1]
     if sorted(perm) != list(range(len(s))):
         raise ctx.fail(f"perm {perm} is not a permutation of {len(s)} axes")
@@ -133,8 +133,8 @@ def _axes(ctx_or_attr, const):
 
 def infer_squeeze(ctx: InferContext):
     s = ctx.shape(0)
-    if s is None:
-        return [None]
+    if s is None:  # unknown rank: the dtype is still known
+        return [TensorType(ctx.dtype(0), None) if ctx.dtype(0) else None]
     axes = _axes(ctx, ctx.const(1)) if ctx.has_input(1) else None
     if ctx.has_input(1) and axes is None:
         return [TensorType(ctx.dtype(0), None)]

@@ -71,6 +71,15 @@ class Ctx:
     def shape(self, i: int):
         return self.inputs[i].shape
 
+    def static(self, i: int) -> tuple[int, ...] | None:
+        """The i-th input's shape when every dimension is a known integer, else None. Converters whose IR
+        the exporter can only lower with static shapes (Slice, Where, Pad, Resize) keep the node opaque
+        without one, so a graph downstream of a data-dependent shape still exports."""
+        s = self.inputs[i].shape
+        if s is None or not all(isinstance(d, (int, np.integer)) for d in s):
+            return None
+        return tuple(int(d) for d in s)
+
     def rank(self, i: int) -> int | None:
         s = self.inputs[i].shape
         return None if s is None else len(s)
@@ -414,6 +423,8 @@ def _fully_connected(ctx: Ctx):
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = None if no_bias else ctx.inputs[2]
     rank = ctx.rank(0)
+    if not ctx.bool("flatten", True) and rank is None:
+        return None  # the product along the last axis needs the rank
     if ctx.bool("flatten", True) or (rank is not None and rank <= 2):
         if rank != 2:  # (also when the rank is unknown: Flatten of a matrix is the identity)
             x = ctx.op("Flatten", x, axis=1)
@@ -592,7 +603,7 @@ def _swap_last(ctx: Ctx, v: Value) -> Value:
 def _batch_dot(ctx: Ctx):
     a, b = ctx.inputs
     ta, tb = ctx.bool("transpose_a", False), ctx.bool("transpose_b", False)
-    if (ta or tb) and (a.shape is None or b.shape is None):
+    if a.shape is None or b.shape is None:
         return None
     if a.shape is not None and b.shape is not None and (len(a.shape) < 3 or len(a.shape) != len(b.shape)):
         return None
@@ -669,6 +680,8 @@ def _split(ctx: Ctx):
 
 @converter("expand_dims")
 def _expand_dims(ctx: Ctx):
+    if ctx.rank(0) is None:
+        return None
     return ctx.op("Unsqueeze", ctx.inputs[0], ctx.ints("axes", [ctx.int("axis")]))
 
 
@@ -687,6 +700,8 @@ def _squeeze(ctx: Ctx):
 def _slice_axis(ctx: Ctx):
     if get_schema("Slice") is None:
         return None
+    if ctx.static(0) is None:
+        return None
     axis, begin, end = ctx.int("axis"), ctx.int("begin", 0), ctx.int("end", None)
     end = np.iinfo(np.int64).max if end is None else end
     return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", [begin]), ctx.ints("ends", [end]),
@@ -696,6 +711,8 @@ def _slice_axis(ctx: Ctx):
 @converter("slice", "crop")
 def _slice(ctx: Ctx):
     if get_schema("Slice") is None:
+        return None
+    if ctx.static(0) is None:
         return None
     begin = ctx.tuple("begin", (), allow_none=True)
     end = ctx.tuple("end", (), allow_none=True)
@@ -727,6 +744,8 @@ def _cast(ctx: Ctx):
 
 @converter("where")
 def _where(ctx: Ctx):
+    if any(ctx.static(i) is None for i in range(3)):
+        return None
     cond = ctx.op("Cast", ctx.inputs[0], to="bool")
     return ctx.op("Where", cond, ctx.inputs[1], ctx.inputs[2])
 

@@ -18,14 +18,6 @@ from aiacc.plugins.mxnet.importer import Ctx, converter
 _BIG = np.iinfo(np.int64).max
 
 
-def static_shape(ctx: Ctx, i: int) -> tuple[int, ...] | None:
-    """The i-th input's shape when every dimension is a known integer, else None."""
-    s = ctx.shape(i)
-    if s is None or not all(isinstance(d, (int, np.integer)) for d in s):
-        return None
-    return tuple(int(d) for d in s)
-
-
 def along_axis(ctx: Ctx, v: Value, rank: int, axis: int, suffix: str) -> Value:
     """A 1-d per-channel value shaped to broadcast along `axis` of a rank-`rank` tensor."""
     target = [1] * rank
@@ -79,7 +71,7 @@ def _upsampling(ctx: Ctx):
     scale = ctx.int("scale", 1)
     kind = ctx.str("sample_type", "nearest")
     if kind == "nearest":
-        if len(ctx.inputs) != 1 or ctx.rank(0) != 4:
+        if len(ctx.inputs) != 1 or ctx.rank(0) != 4 or ctx.static(0) is None:
             return None  # several inputs are resized to the first one's size and concatenated or summed
         scales = ctx.constant("scales", np.asarray([1, 1, scale, scale], dtype=np.float32))
         # each input pixel repeated scale x scale times: out[i] = in[floor(i / scale)]
@@ -123,7 +115,7 @@ def _instance_norm(ctx: Ctx):
 @converter("GroupNorm")
 def _group_norm(ctx: Ctx):
     ctx.need_inputs(3)
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     groups = ctx.int("num_groups", 1)
     if s is None or len(s) < 3 or s[1] % groups or ctx.bool("output_mean_var", False):
         return None
@@ -203,7 +195,7 @@ def _softmax_output(ctx: Ctx):
         return ctx.op("Softmax", x, axis=1)
     if ctx.bool("preserve_shape", False) or rank <= 2:
         return ctx.op("Softmax", x, axis=-1)
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     if s is None or rank == 4:
         return None  # 4-d: MKLDNN builds take the softmax over the last axis, others over all but N
     flat = ctx.op("Reshape", x, ctx.ints("flat", [s[0], -1]))
@@ -252,7 +244,7 @@ def _logical_not(ctx: Ctx):
 
 @converter("broadcast_like")
 def _broadcast_like(ctx: Ctx):
-    a, b = static_shape(ctx, 0), static_shape(ctx, 1)
+    a, b = ctx.static(0), ctx.static(1)
     if a is None or b is None:
         return None
     lhs, rhs = ctx.tuple("lhs_axes", None), ctx.tuple("rhs_axes", None)
@@ -271,7 +263,7 @@ def _broadcast_like(ctx: Ctx):
 
 @converter("slice_like")
 def _slice_like(ctx: Ctx):
-    a, b = static_shape(ctx, 0), static_shape(ctx, 1)
+    a, b = ctx.static(0), ctx.static(1)
     if a is None or b is None:
         return None
     axes = ctx.tuple("axes", ())
@@ -284,11 +276,11 @@ def _slice_like(ctx: Ctx):
 
 @converter("Crop", "crop_like")
 def _crop(ctx: Ctx):
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     if s is None or len(s) != 4:
         return None
     if len(ctx.inputs) >= 2:
-        like = static_shape(ctx, 1)
+        like = ctx.static(1)
         if like is None:
             return None
         h, w = like[2], like[3]
@@ -310,6 +302,8 @@ def _pad(ctx: Ctx):
     mode = ctx.str("mode", "constant")
     width = ctx.tuple("pad_width", ())
     rank = ctx.rank(0)
+    if ctx.static(0) is None:
+        return None
     if mode not in ("constant", "edge", "reflect") or rank is None or len(width) != 2 * rank:
         return None
     pads = list(width[0::2]) + list(width[1::2])  # MXNet: (before, after) per axis; ONNX: befores, afters
@@ -332,7 +326,7 @@ def _tile(ctx: Ctx):
 
 @converter("repeat")
 def _repeat(ctx: Ctx):
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     r = ctx.int("repeats")
     axis = ctx.int("axis", None)
     if s is None or r is None or r < 1:
@@ -352,9 +346,9 @@ def _repeat(ctx: Ctx):
 def _stack(ctx: Ctx):
     rank = ctx.rank(0)
     axis = ctx.int("axis", 0)
+    if rank is None:
+        return None
     if axis < 0:
-        if rank is None:
-            return None
         axis += rank + 1
     parts = [ctx.op("Unsqueeze", v, ctx.ints("axes", [axis])) for v in ctx.inputs]
     return ctx.op("Concat", *parts, axis=axis)
@@ -374,7 +368,7 @@ def _swap_axis(ctx: Ctx):
 @converter("reverse", "flip")
 def _reverse(ctx: Ctx):
     axes = ctx.tuple("axis", ())
-    if not axes:
+    if not axes or ctx.static(0) is None:
         return None
     n = len(axes)
     return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", [-1] * n), ctx.ints("ends", [-_BIG] * n),
@@ -383,7 +377,7 @@ def _reverse(ctx: Ctx):
 
 @converter("reshape_like")
 def _reshape_like(ctx: Ctx):
-    a, b = static_shape(ctx, 0), static_shape(ctx, 1)
+    a, b = ctx.static(0), ctx.static(1)
     if a is None or b is None or any(ctx.str(k) not in (None, "None") for k in
                                      ("lhs_begin", "lhs_end", "rhs_begin", "rhs_end")):
         return None
@@ -392,7 +386,7 @@ def _reshape_like(ctx: Ctx):
 
 @converter("depth_to_space", "space_to_depth")
 def _depth_space(ctx: Ctx):
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     b = ctx.int("block_size")
     if s is None or len(s) != 4 or not b:
         return None
@@ -413,7 +407,7 @@ def _depth_space(ctx: Ctx):
 
 @converter("_split_v2")
 def _split_v2(ctx: Ctx):
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     if s is None:
         return None
     axis = ctx.int("axis", 0) % len(s)
@@ -465,7 +459,7 @@ def _take(ctx: Ctx):
     """take with MXNet's default mode "clip" (indices clamped into range) or "wrap" (indices modulo the
     axis size); "raise" stays opaque."""
     mode = ctx.str("mode", "clip")
-    data = static_shape(ctx, 0)
+    data = ctx.static(0)
     if data is None or mode not in ("clip", "wrap"):
         return None
     idx = ctx.inputs[1]
@@ -511,7 +505,7 @@ def _filled(ctx: Ctx):
 
 @converter("zeros_like", "ones_like")
 def _filled_like(ctx: Ctx):
-    s = static_shape(ctx, 0)
+    s = ctx.static(0)
     if s is None:
         return None
     fill = 0 if ctx.node.op == "zeros_like" else 1
