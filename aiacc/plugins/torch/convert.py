@@ -1582,6 +1582,80 @@ for _mode, _types in (("constant", ("ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "Cons
             MODULES[getattr(nn, _t)] = _pad_module(_mode)
 
 
+
+# ---------------------------------------------------------------------------------- rearrangements
+def pixel_shuffle(imp, x, r: int, inverse: bool = False):
+    """PixelShuffle (depth to space, torch's channel order) and PixelUnshuffle as Reshape-Transpose-Reshape."""
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) != 4:
+        raise Untranslatable("input of rank other than 4")
+    n, c, h, w = shape
+    if not inverse:
+        if c % (r * r):
+            raise Untranslatable(f"{c} channels do not divide by {r}^2")
+        y = imp.op("Reshape", x, imp.ints([0, c // (r * r), r, r, h, w]))
+        y = imp.op("Transpose", y, perm=[0, 1, 4, 2, 5, 3])
+        return imp.op("Reshape", y, imp.ints([0, c // (r * r), h * r, w * r]))
+    if h % r or w % r:
+        raise Untranslatable(f"{h}x{w} does not divide by {r}")
+    y = imp.op("Reshape", x, imp.ints([0, c, h // r, r, w // r, r]))
+    y = imp.op("Transpose", y, perm=[0, 1, 3, 5, 2, 4])
+    return imp.op("Reshape", y, imp.ints([0, c * r * r, h // r, w // r]))
+
+
+FUNCTIONS[F.pixel_shuffle] = lambda imp, x, upscale_factor: pixel_shuffle(imp, x, int(upscale_factor))
+FUNCTIONS[F.pixel_unshuffle] = lambda imp, x, downscale_factor: pixel_shuffle(imp, x, int(downscale_factor), True)
+MODULES[nn.PixelShuffle] = lambda imp, m, x: pixel_shuffle(imp, x, m.upscale_factor)
+MODULES[nn.PixelUnshuffle] = lambda imp, m, x: pixel_shuffle(imp, x, m.downscale_factor, True)
+
+
+@module(nn.ChannelShuffle)
+def _m_channel_shuffle(imp, m, x):
+    x = tensor(x)
+    shape = list(imp.shape_of(x))
+    g = m.groups
+    if len(shape) < 3 or shape[1] % g:
+        raise Untranslatable("channels do not divide into the groups")
+    y = imp.op("Reshape", x, imp.ints([0, g, shape[1] // g] + shape[2:]))
+    y = imp.op("Transpose", y, perm=[0, 2, 1] + list(range(3, len(shape) + 1)))
+    return imp.op("Reshape", y, imp.ints([0] + shape[1:]))
+
+
+@function(torch.unflatten)
+@method("unflatten")
+def unflatten(imp, x, dim, sizes):
+    x = tensor(x)
+    shape = list(imp.shape_of(x))
+    axis = norm_axis(dim, len(shape))
+    sizes = [int(s) for s in sizes]
+    if -1 in sizes:
+        known = int(np.prod([s for s in sizes if s != -1]))
+        sizes[sizes.index(-1)] = shape[axis] // known
+    target = [0] * axis + sizes + shape[axis + 1:]  # leading axes copied (a dynamic batch stays free)
+    return imp.op("Reshape", x, imp.ints(target))
+
+
+MODULES[nn.Unflatten] = lambda imp, m, x: unflatten(imp, x, m.dim, m.unflattened_size)
+
+
+@function(torch.index_select)
+@method("index_select")
+def _index_select(imp, x, dim, index):
+    x, index = tensor(x), tensor(index, "index")
+    return imp.op("Gather", x, index, axis=norm_axis(dim, rank(x)))
+
+
+@function(torch.addmm)
+def _addmm(imp, bias, m1, m2, *, beta=1, alpha=1):
+    y = imp.op("MatMul", tensor(m1), tensor(m2))
+    if alpha != 1:
+        y = imp.op("Mul", y, imp.scalar_like(alpha, y))
+    b = tensor(bias, "bias")
+    if beta != 1:
+        b = imp.op("Mul", b, imp.scalar_like(beta, b))
+    return imp.op("Add", y, b)
+
 LEAF_TYPES: tuple[type, ...] = ()  # filled in by attention.py (modules aiacc decomposes itself)
 
 from aiacc.plugins.torch import attention  # noqa: E402,F401  (registers the attention converters)

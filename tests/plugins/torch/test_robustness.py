@@ -500,3 +500,76 @@ def test_weird_models_raise_only_aiacc_errors(make):
             expected, got = _call(model, inputs), _call(fast, inputs)
         if isinstance(expected, torch.Tensor) and expected.dtype != torch.int64:
             close(expected, got, 1e-5, "output")
+
+
+# ------------------------------------------------------------------------------------------- more layers
+def test_rearrangements_and_lookups():
+    torch.manual_seed(0)
+
+    def fn(m, x, idx):
+        y = m.ps(m.conv(x))  # (2, 2, 8, 8)
+        return [y, m.pu(y), m.cs(x), m.uf(m.fl(x)), x.unflatten(1, (2, -1)), m.ident(x) * 2,
+                torch.index_select(x, 1, idx), x.index_select(-1, idx), torch.addmm(m.b, x.flatten(1)[:, :5], m.w)]
+
+    model = Fn(fn, conv=nn.Conv2d(4, 8, 1), ps=nn.PixelShuffle(2), pu=nn.PixelUnshuffle(2), cs=nn.ChannelShuffle(2),
+               fl=nn.Flatten(2, 3), uf=nn.Unflatten(2, (4, 4)), ident=nn.Identity())
+    model.w = nn.Parameter(torch.randn(5, 3))
+    model.b = nn.Parameter(torch.randn(3))
+    check(model, (torch.randn(2, 4, 4, 4), torch.tensor([0, 2, 3])))
+
+
+class SkipUp(nn.Module):
+    """A decoder step sized by its skip connection (`size=skip.shape[2:]`), channels unpacked from a shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(6, 3, 3, padding=1)
+
+    def forward(self, x, skip):
+        b, c, h, w = skip.shape
+        up = F.interpolate(x, size=skip.shape[2:], mode="bilinear", align_corners=False)
+        y = self.conv(torch.cat([up, skip], 1))
+        return y.view(b, -1, h * w).mean(-1)
+
+
+def test_interpolate_to_a_skip_connection_size():
+    torch.manual_seed(0)
+    check(SkipUp(), (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 7, 9)))
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, batch_first=True)
+        self.gru = nn.GRU(6, 5)
+        self.fc = nn.Linear(5, 2)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        z, _ = self.gru(y.transpose(0, 1))
+        return self.fc(z[-1]) + h.sum() + c.mean()
+
+
+def test_recurrent_layers_stay_opaque_and_train():
+    torch.manual_seed(0)
+    check(Recurrent(), (torch.randn(2, 5, 4),), opaque=["LSTM", "GRU"])
+
+
+def test_exported_modules_with_opaque_and_in_place_calls_pickle(tmp_path):
+    """Out-of-place wrappers, argument templates and resize lowerings survive torch.save / torch.load."""
+    torch.manual_seed(0)
+
+    def fn(m, x):
+        y = m.conv(x)
+        y[:, :, 0] = torch.cumsum(y[:, :, 0], -1)  # an opaque value written into a slice
+        y.cumsum_(1)  # an opaque in-place call
+        return F.interpolate(y, scale_factor=2, mode="bilinear") + torch.topk(y, 2, dim=1).values.sum()
+
+    model = Fn(fn, conv=nn.Conv2d(3, 4, 1)).eval()
+    x = torch.randn(1, 3, 4, 4)
+    fast = aiacc.optimize(model, (x,))
+    torch.save(fast, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    with torch.no_grad():
+        close(model(x.clone()), loaded(x), 1e-5, "reloaded output")
+    check(model, (x,), opaque=["cumsum", "Tensor.cumsum_", "topk"])
