@@ -457,3 +457,18 @@ def test_pre_1_0_symbol_file(tmp_path):
     y = x @ w.T + b
     expected = np.where(np.abs(y) < 1, 0.5 * y * y, np.abs(y) - 0.5)  # smooth_l1 with sigma 1
     _same(T.run(fast, [x]), [expected], "optimized")
+
+
+def test_ops_downstream_of_a_data_dependent_shape(tmp_path):
+    """After boolean_mask no shape is known: converters that need one keep their node opaque, the rest
+    translate, and both backends and the export still reproduce MXNet."""
+    h = S.contrib.boolean_mask(X, S.var("m"))
+    h = S.squeeze(S.expand_dims(h, axis=1), axis=1)
+    h = S.reverse(S.where(h > 0, h, -h), axis=1)
+    h = S.FullyConnected(h, S.var("w", shape=(3, 3)), num_hidden=3, flatten=False, no_bias=True)
+    h = S.softmax(S.slice(h, begin=(None, None), end=(None, None), step=(None, -1)), axis=-1)
+    h = S.Pad(h.reshape((0, 1, 1, -1)), mode="edge", pad_width=(0, 0, 0, 0, 0, 0, 1, 1)).reshape((0, -1))
+    model, feeds = _triple(S.relu(h) + S.transpose(S.transpose(h)), {"x": (4, 3), "m": (4,)})
+    feeds["m"] = np.array([1, 0, 1, 1], "float32")
+    check(model, feeds, tmp_path, opaque=["_contrib_boolean_mask", "expand_dims", "where", "reverse",
+                                          "FullyConnected", "slice", "Pad"])
