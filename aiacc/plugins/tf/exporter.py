@@ -17,7 +17,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.passes.utils import const_value
-from aiacc.errors import UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins.tf._tf import tf
 
 TO_NCHW = (0, 3, 1, 2)
@@ -86,6 +86,13 @@ def export_graph(graph: Graph) -> Any:
     })
     module = cls(name=_module_name(graph.name))
     module.aiacc_graph = _Opaque(graph)
+    try:  # build the TF graph now, so that a lowering problem surfaces here as an aiacc error
+        module.__call__.get_concrete_function()
+    except AiaccError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported graph: {first}") from e
     return module
 
 

@@ -329,30 +329,63 @@ def _einsum(imp, tfop):
         return None
     size = {c: d for c, d in zip(a_s, sa)}
     size.update({c: d for c, d in zip(b_s, sb) if size.get(c) is None})
+    if m and n and contract and (not batch or len(m) == 1):
+        y = _einsum_broadcast(imp, tfop, a_s, b_s, batch, m, contract, n, size)
+    else:
+        y = _einsum_grouped(imp, tfop, a_s, b_s, batch, m, contract, n, size)
+    order = batch + m + n
+    y = imp.transpose(y, [order.index(c) for c in out])
+    return [Entry(y)]
+
+
+def _static(size, letters, what):
+    dims = [size[c] for c in letters]
+    if not all(isinstance(d, int) for d in dims):
+        raise _Untranslatable(f"dynamic {what} dims in einsum")
+    return dims
+
+
+def _einsum_broadcast(imp, tfop, a_s, b_s, batch, m, contract, n, size):
+    """A as (batch..., m..., K) and B as (batch..., K, N) so MatMul broadcasts over A's leading dims: only
+    the contracted and B's free dims need static sizes (Keras' EinsumDense with dynamic batch and length)."""
+    name = tfop.name
+    a = imp.transpose(imp.plain(tfop.inputs[0]), [a_s.index(c) for c in batch + m + contract])
+    if len(contract) > 1:
+        k = int(np.prod(_static(size, contract, "contracted")))
+        a = imp.emit1("Reshape", [a, imp.ints([0] * (len(batch) + len(m)) + [k], name + "_a_shape")],
+                      name=name + "_a_reshape")
+    b = imp.transpose(imp.plain(tfop.inputs[1]), [b_s.index(c) for c in batch + contract + n])
+    if len(contract) > 1 or len(n) > 1:
+        k = int(np.prod(_static(size, contract, "contracted")))
+        nn = int(np.prod(_static(size, n, "output")))
+        b = imp.emit1("Reshape", [b, imp.ints([0] * len(batch) + [k, nn], name + "_b_shape")],
+                      name=name + "_b_reshape")
+    y = imp.emit1("MatMul", [a, b], name=name + "_matmul")
+    if len(n) > 1:
+        y = imp.emit1("Reshape", [y, imp.ints([0] * (len(batch) + len(m)) + _static(size, n, "output"),
+                                               name + "_out_shape")], name=name + "_out_reshape")
+    return y
+
+
+def _einsum_grouped(imp, tfop, a_s, b_s, batch, m, contract, n, size):
+    """Batch letters and several free letters of A: group both operands into (batch..., rows, cols)."""
     name = tfop.name
 
     def grouped(v, letters, order, rows, cols, tag):
         v = imp.transpose(v, [letters.index(c) for c in order])
         if len(rows) == 1 and len(cols) == 1:
             return v
-        dims = [size[c] for c in rows + cols]
-        if not all(isinstance(d, int) for d in dims):
-            raise _Untranslatable("dynamic grouped einsum dims")
-        target = [0] * len(batch) + [int(np.prod([size[c] for c in rows])), int(np.prod([size[c] for c in cols]))]
+        target = [0] * len(batch) + [int(np.prod(_static(size, rows, "grouped"))),
+                                     int(np.prod(_static(size, cols, "grouped")))]
         return imp.emit1("Reshape", [v, imp.ints(target, f"{name}_{tag}_shape")], name=f"{name}_{tag}_reshape")
 
     a = grouped(imp.plain(tfop.inputs[0]), a_s, batch + m + contract, m, contract, "a")
     b = grouped(imp.plain(tfop.inputs[1]), b_s, batch + contract + n, contract, n, "b")
     y = imp.emit1("MatMul", [a, b], name=name + "_matmul")
     if not (len(m) == 1 and len(n) == 1):
-        dims = [size[c] for c in m + n]
-        if not all(isinstance(d, int) for d in dims):
-            raise _Untranslatable("dynamic grouped einsum dims")
-        y = imp.emit1("Reshape", [y, imp.ints([0] * len(batch) + dims, name + "_out_shape")],
-                      name=name + "_out_reshape")
-    order = batch + m + n
-    y = imp.transpose(y, [order.index(c) for c in out])
-    return [Entry(y)]
+        y = imp.emit1("Reshape", [y, imp.ints([0] * len(batch) + _static(size, m + n, "grouped"),
+                                               name + "_out_shape")], name=name + "_out_reshape")
+    return y
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -404,25 +437,42 @@ def _softmax(imp, tfop):
 def _reshape(imp, tfop):
     x, s = tfop.inputs
     target = imp.const(s)
-    out_shape = None
     if target is None:
         sym = imp.sym.get(s.name)
-        if not isinstance(sym, list):
-            return None
-        unknown = [i for i, d in enumerate(sym) if not isinstance(d, int)]
-        if len(unknown) > 1 or any(isinstance(d, int) and d < 0 for d in sym):
-            return None
-        target = np.array([d if isinstance(d, int) else -1 for d in sym], np.int64)
-        out_shape = tuple(sym)
+        if isinstance(sym, list) and not any(isinstance(d, int) and d <= 0 for d in sym):
+            # dims equal (same symbol) to the input's at the same index are copied (0), one more may be -1
+            in_shape = imp.static_shape(x) or ()
+            dims = [d if isinstance(d, int) else (0 if i < len(in_shape) and in_shape[i] == d else None)
+                    for i, d in enumerate(sym)]
+            if sum(d is None for d in dims) <= 1:
+                target = np.array([-1 if d is None else d for d in dims], np.int64)
+                y = imp.emit1("Reshape", [imp.plain(x), imp.ints(target, tfop.name + "_shape")], name=tfop.name)
+                _set_symbolic_shape(y, sym)
+                return [Entry(y)]
+        # a shape computed at run time: TF semantics (0 is an empty dim, not a copy)
+        sv = imp.plain(s)
+        if sv.dtype != "int64":
+            sv = imp.emit1("Cast", [sv], {"to": "int64"}, name=tfop.name + "_shape")
+        y = imp.emit1("Reshape", [imp.plain(x), sv], {"allowzero": 1}, name=tfop.name)
+        if isinstance(sym, list):
+            _set_symbolic_shape(y, sym)
+        return [Entry(y)]
     target = np.asarray(target, np.int64).reshape(-1)
     attrs = {"allowzero": 1} if (target == 0).any() else {}
     y = imp.emit1("Reshape", [imp.plain(x), imp.ints(target, tfop.name + "_shape")], attrs, name=tfop.name)
-    if out_shape is not None and y.const is None and y.type is not None and y.shape is not None:
-        from aiacc.core.ir import TensorType
-
-        merged = tuple(d if isinstance(d, int) else o for d, o in zip(y.shape, out_shape))
-        y.type = TensorType(y.dtype, merged)
     return [Entry(y)]
+
+
+def _set_symbolic_shape(y, sym) -> None:
+    """Give a Reshape output the dims the shape arithmetic knows (symbols included)."""
+    from aiacc.core.ir import TensorType
+
+    if y.const is not None:
+        return
+    if y.shape is None or len(y.shape) != len(sym):
+        y.type = TensorType(y.dtype, tuple(sym))
+        return
+    y.type = TensorType(y.dtype, tuple(d if isinstance(d, int) else o for d, o in zip(y.shape, sym)))
 
 
 @handles("Squeeze")
@@ -945,15 +995,36 @@ def _band_part(imp, tfop):
     x, lo_t, hi_t = tfop.inputs
     shape = imp.static_shape(x)
     lo, hi = imp.const(lo_t), imp.const(hi_t)
-    if shape is None or len(shape) < 2 or lo is None or hi is None or \
-            not all(isinstance(d, int) for d in shape[-2:]):
+    if shape is None or len(shape) < 2 or lo is None or hi is None:
         return None
-    m, n = shape[-2:]
     lo, hi = int(lo), int(hi)
-    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
-    mask = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
-    zero = imp.init(np.array(0, np_dtype_name(tfop.inputs[0].dtype, tfop.name)), tfop.name + "_zero")
-    return [Entry(imp.emit1("Where", [imp.init(mask, tfop.name + "_mask"), imp.plain(x), zero], name=tfop.name))]
+    name = tfop.name
+    zero = imp.init(np.array(0, np_dtype_name(tfop.inputs[0].dtype, name)), name + "_zero")
+    if lo < 0 and hi < 0:
+        return [imp.entry(x)]
+    if all(isinstance(d, int) for d in shape[-2:]):
+        m, n = shape[-2:]
+        i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+        mask = imp.init(((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi)), name + "_mask")
+    else:  # sizes known at run time: the mask from two Ranges
+        dims = imp.emit1("Shape", [imp.plain(x)], name=name + "_shape")
+        zero64, one64 = imp.ints(0, name + "_start"), imp.ints(1, name + "_delta")
+        idx = []
+        for k, axis in enumerate((len(shape) - 2, len(shape) - 1)):
+            size = imp.emit1("Gather", [dims, imp.ints(axis, f"{name}_axis{k}")], {"axis": 0}, name=f"{name}_size{k}")
+            r = imp.emit1("Range", [zero64, size, one64], name=f"{name}_range{k}")
+            idx.append(imp.emit1("Unsqueeze", [r, imp.ints([1 - k], f"{name}_unsqueeze_axes{k}")],
+                                 name=f"{name}_index{k}"))
+        diff = imp.emit1("Sub", idx, name=name + "_diff")  # i - j
+        conds = []
+        if lo >= 0:
+            conds.append(imp.emit1("LessOrEqual", [diff, imp.ints(lo, name + "_lower")], name=name + "_below"))
+        if hi >= 0:
+            conds.append(imp.emit1("GreaterOrEqual", [diff, imp.ints(-hi, name + "_upper")], name=name + "_above"))
+        mask = conds[0] if len(conds) == 1 else imp.emit1("And", conds, name=name + "_mask")
+    if tfop.inputs[0].dtype.is_bool:  # (onnxruntime has no bool Where)
+        return [Entry(imp.emit1("And", [mask, imp.plain(x)], name=name))]
+    return [Entry(imp.emit1("Where", [mask, imp.plain(x), zero], name=name))]
 
 
 @handles("Any", "All")

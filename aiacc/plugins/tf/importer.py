@@ -108,6 +108,13 @@ def _keras_input_specs(model: Any) -> list | None:
     return [tfm.TensorSpec(tuple(t.shape), tfm.as_dtype(t.dtype), name=getattr(t, "name", None)) for t in inputs]
 
 
+def _keras_call(model: Any, single: bool):
+    def call(*xs):
+        return model(xs[0] if single else list(xs), training=False)
+
+    return call
+
+
 def concrete_function(model: Any, example_inputs: Any) -> Traced:
     """Trace `model` (keras.Model, tf.Module with a tf.function __call__, tf.function, ConcreteFunction) and
     freeze its variables. Example inputs may be omitted when the model carries an input signature."""
@@ -120,25 +127,32 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
 
     if _is_keras_model(model):
         known = _keras_input_specs(model)
+        candidates = []
         if examples is not None:
             if known is not None:
                 _check_against(known, examples, f"Keras model {model.name!r}")
-                specs = known
-            else:
-                specs = [_spec_of(x, relax_batch=True) for x in examples]
+                candidates.append(known)
+            # a model that cannot be traced on its declared (dynamic) shapes may still trace on the examples'
+            candidates.append([_spec_of(x, relax_batch=True) for x in examples])
+            candidates.append([_spec_of(x, relax_batch=False) for x in examples])
         elif known is not None:
-            specs = known
+            candidates.append(known)
         else:
             raise UnsupportedError(f"Keras model {model.name!r} has no input shapes yet: pass example inputs")
-        single = len(specs) == 1
-
-        def call(*xs):
-            return model(xs[0] if single else list(xs), training=False)
-
-        fn = tfm.function(call, input_signature=specs)
-        try:
-            cf = fn.get_concrete_function()
-        except (ValueError, TypeError) as e:
+        first_error = None
+        tried = []
+        for specs in candidates:
+            key = [(tuple(s.shape), s.dtype) for s in specs]
+            if key in tried:
+                continue
+            tried.append(key)
+            try:
+                cf = tfm.function(_keras_call(model, len(specs) == 1), input_signature=specs).get_concrete_function()
+                break
+            except Exception as e:  # Keras raises many kinds of errors for inputs it cannot take
+                first_error = first_error or (specs, e)
+        else:
+            specs, e = first_error
             raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
                              f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
     else:
@@ -162,7 +176,11 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                 specs = list(tfm.nest.flatten(sig))
                 if examples is not None:
                     _check_against(specs, examples, f"tf.function {getattr(model, '__name__', '?')}")
-                cf = model.get_concrete_function()
+                try:
+                    cf = model.get_concrete_function()
+                except Exception as e:  # the function's own code failed while tracing
+                    raise ShapeError(f"tf.function {getattr(model, '__name__', '?')} cannot be traced on its "
+                                     f"input signature: {_first_line(e)}") from None
             elif examples is None:
                 raise UnsupportedError(f"tf.function {getattr(model, '__name__', '?')} has no input_signature: "
                                        f"pass example inputs")
@@ -170,7 +188,7 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                 specs = [_spec_of(x, relax_batch=False) for x in examples]
                 try:
                     cf = model.get_concrete_function(*specs)
-                except (ValueError, TypeError) as e:
+                except Exception as e:  # the function's own code failed while tracing
                     raise ShapeError(f"tf.function {getattr(model, '__name__', '?')} cannot be traced on inputs "
                                      f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
         else:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
+from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins.tf._tf import tf
 
 
@@ -21,7 +22,13 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_specs, pack_outputs
 
     tfm = tf()
-    runner = OrtGraphRunner(graph, providers=providers)
+    try:
+        runner = OrtGraphRunner(graph, providers=providers)
+    except AiaccError:
+        raise
+    except Exception as e:  # onnxruntime refusing a segment (an op or dtype it has no kernel for)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedError(f"graph {graph.name}: onnxruntime cannot run it: {first}") from e
     specs = input_specs(graph)
     names = [v.name for v in graph.inputs]
     out_dtypes = [tfm.as_dtype(v.dtype) for v in graph.outputs]

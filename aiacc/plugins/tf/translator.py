@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import ShapeError
+from aiacc.errors import AiaccError, KernelError, ShapeError
 from aiacc.plugins.base import Translator
 from aiacc.plugins.tf._tf import tf
 
@@ -35,6 +35,15 @@ class TFTranslator(Translator):
         return export_graph(graph)
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        try:
+            return self._run(model, example_inputs)
+        except AiaccError:
+            raise
+        except Exception as e:  # a TF runtime error in the model (original or optimized)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise KernelError(f"running {type(model).__name__} on the example inputs failed: {first}") from e
+
+    def _run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         tfm = tf()
         xs = _as_list(example_inputs)
         from aiacc.plugins.tf.importer import _is_keras_model
