@@ -108,6 +108,33 @@ def attention():
     return keras.Model(ids, L.GlobalAveragePooling1D()(y)), [((2, 6), "int32")]
 
 
+def dynamic_transformer():
+    """Ids of any length: EinsumDense, causal mask and Tensordot reshapes on run-time sizes."""
+    ids = keras.Input((None,), dtype="int32")
+    e = L.Embedding(50, 16)(ids)
+    a = L.MultiHeadAttention(2, 8)(e, e, use_causal_mask=True)
+    y = L.LayerNormalization()(e + a)
+    return keras.Model(ids, L.Dense(16, activation="gelu")(y)), [((2, 9), "int32")]
+
+
+def dynamic_image():
+    """Images of any size: Keras cannot trace bilinear UpSampling2D on unknown sizes, so the example's
+    sizes are used (batch left free)."""
+    i = keras.Input((None, None, 3))
+    y = L.Conv2D(4, 3, padding="same", dilation_rate=2)(i)
+    u = L.UpSampling2D(2, interpolation="bilinear")(y)
+    t = L.Conv2DTranspose(3, 3, strides=2, padding="same")(y)
+    return keras.Model(i, [L.GlobalAveragePooling2D()(u), L.GlobalMaxPooling2D()(t)]), [(2, 10, 12, 3)]
+
+
+def dynamic_rnn():
+    """Sequences of any length through LSTMs and a dilated causal Conv1D."""
+    i = keras.Input((None, 8))
+    y = L.LSTM(6, return_sequences=True)(i)
+    y = L.Conv1D(4, 3, padding="causal", dilation_rate=2)(y)
+    return keras.Model(i, L.LSTM(5)(y)), [(2, 7, 8)]
+
+
 def control_flow():
     """tf.cond and tf.while_loop in a tf.function: StatelessIf and StatelessWhile."""
 
@@ -120,10 +147,13 @@ def control_flow():
     return f, [(3, 4)]
 
 
-BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention, control_flow)}
+BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention,
+                                    dynamic_transformer, dynamic_image, dynamic_rnn, control_flow)}
 # what each model keeps opaque (untranslatable TF ops); everything else must be translated
-OPAQUE = {"lstm_gru": {"tf::While"}, "merges": {"tf::Cumsum"}, "control_flow": {"tf::StatelessIf",
-                                                                                "tf::StatelessWhile"}}
+OPAQUE = {"lstm_gru": {"tf::While"}, "merges": {"tf::Cumsum"},
+          "control_flow": {"tf::StatelessIf", "tf::StatelessWhile"},
+          # the dilated conv's paddings are computed from the run-time length: the pattern is not matched
+          "dynamic_rnn": {"tf::While", "tf::SpaceToBatchND", "tf::BatchToSpaceND"}}
 
 
 class Case:
@@ -198,6 +228,19 @@ def test_translated_forms(case):
                      ("nearest", "align_corners"), ("nearest", "half_pixel")]
     # two dilated convolutions, the grouped one (Keras calls an XLA function: inlined) and the depthwise one
     assert sorted(n.attr("group") for n in case("spatial").graph if n.op == "Conv") == [1, 1, 2, 6]
+
+
+def test_dynamic_shapes(case):
+    g = case("dynamic_transformer").graph
+    assert g.inputs[0].shape == ("N", g.inputs[0].shape[1]) and isinstance(g.inputs[0].shape[1], str)
+    # the exported signature keeps the free length: a longer sequence runs
+    c = case("dynamic_transformer")
+    longer = np.random.default_rng(1).integers(0, 50, (3, 13)).astype(np.int32)
+    for backend in ("native", "onnxruntime"):
+        _close(translator.run(c.model, longer), [np.asarray(c.optimized(backend)(longer))])
+    img = case("dynamic_image")
+    assert img.graph.inputs[0].shape == ("N", 10, 12, 3)
+    assert sorted(n.op for n in img.graph if n.op in ("ConvTranspose", "Resize")) == ["ConvTranspose", "Resize"]
 
 
 def test_region_carries_its_functions_and_runs(case):
