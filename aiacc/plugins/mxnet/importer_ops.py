@@ -136,6 +136,31 @@ def _group_norm(ctx: Ctx):
     return ctx.op("Reshape", y, ctx.ints("shape2", s))
 
 
+@converter("_contrib_AdaptiveAvgPooling2D")
+def _adaptive_avg_pool(ctx: Ctx):
+    """Adaptive average pooling to output_size: a global average for 1x1, a plain average pool where the
+    input divides evenly (every window then has the same size); other sizes stay opaque."""
+    s = ctx.static(0)
+    size = ctx.tuple("output_size", (1,))
+    if s is None or len(s) != 4:
+        return None
+    out = (size[0], size[0]) if len(size) == 1 else tuple(size)
+    if out == (1, 1):
+        return ctx.op("GlobalAveragePool", ctx.inputs[0])
+    if len(out) != 2 or any(o <= 0 or i % o for i, o in zip(s[2:], out)):
+        return None
+    kernel = [s[2] // out[0], s[3] // out[1]]
+    return ctx.op("AveragePool", ctx.inputs[0], kernel_shape=kernel, strides=kernel, pads=[0, 0, 0, 0])
+
+
+@converter("_contrib_SyncBatchNorm")
+def _sync_batchnorm(ctx: Ctx):
+    """At inference a SyncBatchNorm is a BatchNorm (moving statistics; same attribute defaults)."""
+    from aiacc.plugins.mxnet.importer import _batchnorm
+
+    return _batchnorm(ctx)
+
+
 @converter("L2Normalization")
 def _l2_normalization(ctx: Ctx):
     rank = ctx.rank(0)

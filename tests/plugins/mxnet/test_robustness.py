@@ -152,6 +152,10 @@ TRANSLATED = {
                                                                                            fix_gamma=False).sum(axis=1),
                                 {"x": (2, 4, 3, 3), "z": (2, 3, 4)}),
     "div_sqrt_dim": (lambda: S.contrib.div_sqrt_dim(X), {"x": (2, 4)}),
+    "adaptive_avg_pool_sync_bn": (lambda: S.Group([
+        S.contrib.AdaptiveAvgPooling2D(X, output_size=1), S.contrib.AdaptiveAvgPooling2D(X, output_size=(2, 3)),
+        S.contrib.SyncBatchNorm(X, S.var("g"), S.var("b"), S.var("m"), S.var("v"), key="k", fix_gamma=False)]),
+        {"x": (2, 3, 4, 6)}),
 }
 
 
@@ -178,6 +182,8 @@ OPAQUE = {
                              ["_contrib_boolean_mask"]),
     "detection_ops": (lambda: S.broadcast_add(S.contrib.MultiBoxPrior(X, sizes=(0.5,), ratios=(1, 2)),
                                               S.zeros((1, 1, 4))), {"x": (1, 3, 4, 4)}, ["_contrib_MultiBoxPrior"]),
+    "adaptive_avg_pool_uneven": (lambda: S.contrib.AdaptiveAvgPooling2D(X, output_size=(3, 4)), {"x": (2, 3, 4, 6)},
+                                 ["_contrib_AdaptiveAvgPooling2D"]),
     "bilinear_resize": (lambda: S.contrib.BilinearResize2D(X, height=8, width=10), {"x": (2, 3, 4, 5)},
                         ["_contrib_BilinearResize2D"]),
     "sequence_ops": (lambda: S.SequenceLast(X) + S.SequenceReverse(X).sum(axis=0), {"x": (5, 2, 3)},
