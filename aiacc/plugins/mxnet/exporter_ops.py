@@ -1,6 +1,6 @@
 """More IR -> MXNet lowerings, registered in the exporter's table (see `exporter.lowering`): the ops
-the importer produces from less common MXNet ops (importer_ops) — Resize (UpSampling), Pad, Tile,
-ArgMax / ArgMin. Each raises UnsupportedError naming the node where MXNet has no equivalent form.
+the importer produces from less common MXNet ops (importer_ops) — Resize (UpSampling, BilinearResize2D),
+Pad, Tile, ArgMax / ArgMin, Mod. Each raises UnsupportedError naming the node where MXNet has no equivalent form.
 """
 from __future__ import annotations
 
@@ -21,23 +21,29 @@ def _input(node: Node, i: int):
 
 @lowering("Resize")
 def _resize(em: Emitter, node: Node) -> Ref:
-    """Nearest resizing of the two spatial axes by one integer factor: MXNet's UpSampling."""
+    """Nearest resizing of the two spatial axes by one integer factor: MXNet's UpSampling; bilinear
+    resizing (align_corners or half_pixel coordinates) of NCHW: MXNet's BilinearResize2D."""
     x = node.inputs[0]
     shape = _need_static(node, x)
     out = _need_static(node, node.output)
     mode = node.attr("mode", "nearest")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    roi = const_value(_input(node, 1))
+    if mode == "linear" and ctm in ("align_corners", "half_pixel") and len(shape) == 4 and out[:2] == shape[:2] \
+            and not node.attr("antialias", 0) and node.attr("axes") is None and (roi is None or not roi.size):
+        return em.op("_contrib_BilinearResize2D", node.name, [em.ref(x)], height=out[2], width=out[3],
+                     align_corners=ctm == "align_corners")
     nearest = node.attr("nearest_mode", "round_prefer_floor")
     # with an integer factor s these all pick input pixel floor(i / s)
     exact = (ctm == "asymmetric" and nearest == "floor") or \
         (ctm in ("half_pixel", "pytorch_half_pixel") and nearest in ("round_prefer_floor", "round_prefer_ceil"))
     if mode != "nearest" or not exact or len(shape) != 4 or node.attr("axes") is not None:
-        raise _fail(node, f"only nearest resizing (asymmetric/floor or half_pixel) of NCHW has an MXNet form, "
-                          f"got mode={mode}, coordinate_transformation_mode={ctm}, nearest_mode={nearest}")
+        raise _fail(node, f"only nearest (asymmetric/floor or half_pixel) and linear (align_corners or half_pixel) "
+                          f"resizing of NCHW have an MXNet form, got mode={mode}, "
+                          f"coordinate_transformation_mode={ctm}, nearest_mode={nearest}")
     if out[:2] != shape[:2] or out[2] % shape[2] or out[3] % shape[3] or out[2] // shape[2] != out[3] // shape[3]:
         raise _fail(node, f"MXNet's UpSampling scales both spatial axes by one integer factor, "
                           f"{list(shape)} -> {list(out)} is not such a resize")
-    roi = const_value(_input(node, 1))
     if roi is not None and roi.size:
         raise _fail(node, "a region of interest has no MXNet form")
     return em.op("UpSampling", node.name, [em.ref(x)], scale=out[2] // shape[2], sample_type="nearest",

@@ -91,6 +91,26 @@ def _upsampling(ctx: Ctx):
     return None
 
 
+@converter("_contrib_BilinearResize2D")
+def _bilinear_resize(ctx: Ctx):
+    """Bilinear resizing to a given size (mode "size" with height and width, or "like"): ONNX linear
+    Resize with align_corners (MXNet's default) or half_pixel coordinates."""
+    s = ctx.static(0)
+    mode = ctx.str("mode", "size")
+    if s is None or len(s) != 4:
+        return None
+    if mode == "like" and len(ctx.inputs) == 2 and ctx.static(1) is not None:
+        h, w = ctx.static(1)[2:]
+    elif mode == "size" and len(ctx.inputs) == 1 and ctx.float("scale_height") is None \
+            and ctx.float("scale_width") is None:
+        h, w = ctx.int("height", 1), ctx.int("width", 1)
+    else:
+        return None
+    ctm = "align_corners" if ctx.bool("align_corners", True) else "half_pixel"
+    return ctx.op("Resize", ctx.inputs[0], None, None, ctx.ints("sizes", [s[0], s[1], h, w]), mode="linear",
+                  coordinate_transformation_mode=ctm)
+
+
 def _normalize(ctx: Ctx, x: Value, axes: list[int], eps: float) -> Value:
     """(x - mean) / sqrt(var + eps) over `axes` (biased variance, as MXNet computes it)."""
     ax = ctx.ints("axes", axes)
