@@ -1037,3 +1037,71 @@ def _any_all(imp, tfop):
     red = imp.emit1("ReduceMax" if tfop.type == "Any" else "ReduceMin", [as_int, imp.ints(axes, n + "_axes")],
                     {"keepdims": keep}, name=n + "_reduce")
     return [Entry(imp.emit1("Cast", [red], {"to": "bool"}, name=n))]
+
+
+@handles("Rint")
+def _rint(imp, tfop):
+    e = imp.entry(tfop.inputs[0])  # both round half to even
+    return [Entry(imp.emit1("Round", [e.value], name=tfop.name), e.nchw)]
+
+
+@handles("DivNoNan")
+def _div_no_nan(imp, tfop):
+    if not tfop.inputs[0].dtype.is_floating:
+        return None
+    vals, nchw = _operands(imp, list(tfop.inputs))
+    n = tfop.name
+    zero = imp.init(np.array(0, vals[0].dtype), n + "_zero")
+    q = imp.emit1("Div", vals, name=n + "_div")
+    return [Entry(imp.emit1("Where", [imp.emit1("Equal", [vals[1], zero], name=n + "_is_zero"), zero, q], name=n),
+                  nchw)]
+
+
+@handles("Slice")
+def _slice(imp, tfop):
+    """tf.slice(x, begin, size): size -1 runs to the end."""
+    x, b, s = tfop.inputs
+    begin = [int(v) for v in np.asarray(imp.need_const(b, "non-constant begin")).reshape(-1)]
+    size = [int(v) for v in np.asarray(imp.need_const(s, "non-constant size")).reshape(-1)]
+    ends = [INT_MAX if sz == -1 else st + sz for st, sz in zip(begin, size)]
+    n = tfop.name
+    e = imp.entry(x)
+    if e.nchw and len(begin) == 4:
+        perm = list(TO_NCHW)
+        return [Entry(imp.emit1("Slice", [e.value, imp.ints([begin[p] for p in perm], n + "_starts"),
+                                          imp.ints([ends[p] for p in perm], n + "_ends")], name=n), True)]
+    return [Entry(imp.emit1("Slice", [imp.plain(x), imp.ints(begin, n + "_starts"), imp.ints(ends, n + "_ends")],
+                            name=n))]
+
+
+@handles("LRN")
+def _lrn(imp, tfop):
+    """TF sums squares over depth_radius on each side and scales by alpha; ONNX averages over size."""
+    x = tfop.inputs[0]
+    if imp.rank(x) != 4:
+        return None
+    size = 2 * int(tfop.get_attr("depth_radius")) + 1
+    attrs = {"size": size, "alpha": float(tfop.get_attr("alpha")) * size, "beta": float(tfop.get_attr("beta")),
+             "bias": float(tfop.get_attr("bias"))}
+    return [Entry(imp.emit1("LRN", [imp.nchw(x)], attrs, name=tfop.name), True)]
+
+
+@handles("OneHot")
+def _one_hot(imp, tfop):
+    """OneHot -> Where(indices == range(depth), on, off) with the new axis where TF puts it."""
+    idx, depth_t, on, off = tfop.inputs
+    depth = imp.const(depth_t)
+    rank = imp.rank(idx)
+    if depth is None or rank is None:
+        return None
+    depth = int(depth)
+    axis = tfop.get_attr("axis")
+    axis = rank if axis == -1 else axis
+    n = tfop.name
+    positions = np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis))
+    iv = imp.plain(idx)
+    if iv.dtype != "int64":
+        iv = imp.emit1("Cast", [iv], {"to": "int64"}, name=n + "_indices")
+    iv = imp.emit1("Unsqueeze", [iv, imp.ints([axis], n + "_axes")], name=n + "_unsqueeze")
+    hit = imp.emit1("Equal", [iv, imp.init(positions, n + "_positions")], name=n + "_equal")
+    return [Entry(imp.emit1("Where", [hit, imp.plain(on), imp.plain(off)], name=n))]

@@ -108,6 +108,21 @@ def attention():
     return keras.Model(ids, L.GlobalAveragePooling1D()(y)), [((2, 6), "int32")]
 
 
+def more_ops():
+    """Dilated SeparableConv2D / DepthwiseConv2D, tf.nn.lrn, tf.slice, tf.one_hot (two axes), divide_no_nan
+    (with zero divisors), rint."""
+    i, j = keras.Input((10, 10, 4)), keras.Input((5,), dtype="int32")
+    a = L.SeparableConv2D(6, 3, dilation_rate=2, padding="same")(i)
+    b = L.DepthwiseConv2D(3, dilation_rate=2)(i)
+    c = L.Lambda(lambda t: tf.nn.lrn(t, 2, 1.0, 0.1, 0.75))(a)
+    d = L.Lambda(lambda t: tf.slice(t, [0, 1, 2, 0], [-1, 5, 4, 3]))(c)
+    oh = L.Lambda(lambda t: tf.one_hot(t, 7, 2.0, -1.0), output_shape=(5, 7))(j)
+    oh2 = L.Lambda(lambda t: tf.one_hot(t, 4, axis=1), output_shape=(4, 5))(j)
+    e = L.Lambda(lambda t: tf.math.divide_no_nan(t, tf.math.rint(t * 3.0)))(L.Flatten()(d))
+    return keras.Model([i, j], [L.Flatten()(b), e, L.Flatten()(oh), L.Flatten()(oh2)]), \
+        [(2, 10, 10, 4), ((2, 5), "int32")]
+
+
 def dynamic_transformer():
     """Ids of any length: EinsumDense, causal mask and Tensordot reshapes on run-time sizes."""
     ids = keras.Input((None,), dtype="int32")
@@ -147,7 +162,7 @@ def control_flow():
     return f, [(3, 4)]
 
 
-BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention,
+BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention, more_ops,
                                     dynamic_transformer, dynamic_image, dynamic_rnn, control_flow)}
 # what each model keeps opaque (untranslatable TF ops); everything else must be translated
 OPAQUE = {"lstm_gru": {"tf::While"}, "merges": {"tf::Cumsum"},
@@ -161,7 +176,7 @@ class Case:
         keras.utils.set_random_seed(0)
         self.model, specs = BUILDERS[name]()
         rng = np.random.default_rng(0)
-        self.x = [rng.integers(0, 20, s[0]).astype(s[1]) if isinstance(s[1], str) else
+        self.x = [rng.integers(0, 5, s[0]).astype(s[1]) if isinstance(s[1], str) else
                   rng.standard_normal(s).astype(np.float32) for s in specs]
         self.example = self.x[0] if len(self.x) == 1 else self.x
         self.expected = translator.run(self.model, self.example)
