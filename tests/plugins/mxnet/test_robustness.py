@@ -56,8 +56,11 @@ def check(model, feeds, tmp_path, *, opaque=()):
     again, nodes = _reimport(blocks["native"], names, tmp_path)
     arrays = [feeds[n] for n in names] if isinstance(feeds, dict) else list(feeds)
     _same(T.run(again, arrays), expected, "re-imported export")
-    written = {n["op"] for n in nodes}
-    assert set(opaque) <= written
+    # every opaque node is written back as it was read: same op, same attributes
+    kept = {(n.meta["mxnet_node"]["op"], json.dumps(n.meta["mxnet_node"]["attrs"], sort_keys=True))
+            for n in g if n.is_opaque}
+    written = {(n["op"], json.dumps(n.get("attrs", {}), sort_keys=True)) for n in nodes}
+    assert kept <= written
     return g
 
 
