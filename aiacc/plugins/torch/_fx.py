@@ -34,6 +34,8 @@ class AiaccTracer(fx.Tracer):
         super().__init__()
         self.leaf_types = leaf_types
         self.forced_leaves: dict[str, str] = {}  # qualified name -> why it could not be traced
+        # buffers as get_attr nodes: `self.mask[:, :, :T, :T]` with a traced T cannot index a real tensor
+        self.proxy_buffer_attributes = True
         self.example: dict[str, Any] | None = None  # the example call's arguments by parameter name
         self._env: dict[fx.Node, Any] = {}  # example values of the nodes traced so far (filled on demand)
         self._saved_state: tuple | None = None
@@ -203,6 +205,19 @@ def proxy_patches(tracer: "AiaccTracer"):
             return self.tracer.create_proxy("call_function", op, (self, other), {})
         return patched
 
+    # factory functions given traced sizes (`torch.zeros(x.size(0), 4)`) have no tensor argument to
+    # dispatch on: record them as calls too
+    factories = {name: getattr(torch, name) for name in _FACTORIES if hasattr(torch, name)}
+
+    def factory(original):
+        def patched(*args, **kwargs):
+            if any(isinstance(a, Proxy) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+                return tracer.create_proxy("call_function", original, args, kwargs)
+            return original(*args, **kwargs)
+        return patched
+
+    for name, original in factories.items():
+        setattr(torch, name, factory(original))
     Proxy.__len__ = patched_len
     Proxy.__setitem__ = patched_setitem
     for name in _INPLACE_DUNDERS:
@@ -210,6 +225,8 @@ def proxy_patches(tracer: "AiaccTracer"):
     try:
         yield
     finally:
+        for name, original in factories.items():
+            setattr(torch, name, original)
         Proxy.__len__ = original_len
         if had_setitem:
             Proxy.__setitem__ = original_setitem
@@ -221,6 +238,9 @@ def proxy_patches(tracer: "AiaccTracer"):
             else:
                 setattr(Proxy, name, fn)
 
+
+_FACTORIES = ("zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm",
+              "tensor", "as_tensor")
 
 _INPLACE_DUNDERS = ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
                     "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__")

@@ -84,10 +84,22 @@ def _pair(x, n: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------- elementwise
+def _category(dtype: str) -> int:
+    kind = np.dtype(dtype).kind
+    return {"b": 0, "i": 1, "u": 1, "f": 2}.get(kind, 3)
+
+
 def _operands(imp, a, b):
     if isinstance(a, Value) and isinstance(b, Value):
         if a.dtype != b.dtype:
-            raise Untranslatable(f"operands of dtypes {a.dtype} and {b.dtype} (type promotion)")
+            # torch's promotion across categories (bool < integer < float): the operand of the lower
+            # category takes the other's dtype, unless that other one is a 0-d tensor (other rules apply)
+            ca, cb = _category(a.dtype), _category(b.dtype)
+            hi, lo = (a, b) if ca > cb else (b, a)
+            if ca == cb or max(ca, cb) > 2 or not hi.shape:
+                raise Untranslatable(f"operands of dtypes {a.dtype} and {b.dtype} (type promotion)")
+            cast = imp.op("Cast", lo, to=hi.dtype)
+            return (hi, cast) if hi is a else (cast, hi)
         return a, b
     if isinstance(a, Value):
         return a, imp.scalar_like(b, a)

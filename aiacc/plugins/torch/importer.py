@@ -277,6 +277,10 @@ class Importer:
 
     def _convert_call(self, gm: fx.GraphModule, n: fx.Node, args: tuple, kwargs: dict) -> Any:
         module = gm.get_submodule(n.target) if n.op == "call_module" else None
+        if n.op == "call_function" and n.target in _RANDOM:
+            # a fresh draw on every call: never a constant of the trace
+            self.opaque_reasons.setdefault(n.name, f"{describe_node(gm, n)}: random")
+            return self.opaque(n, args, kwargs)
         if n.op != "call_module" and not _has_ir_value((args, kwargs)):
             # pure Python on sizes, tuples, constants: evaluate now
             result = n.target(*args, **kwargs) if n.op == "call_function" else \
@@ -460,6 +464,10 @@ class Importer:
         for k, i in enumerate(tensor_pos):
             results[i] = node.outputs[k]
         return pytree.tree_unflatten(results, out_spec)
+
+
+_RANDOM = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.rand_like, torch.randn_like,
+           torch.randint_like, torch.bernoulli, torch.normal, torch.multinomial, torch.poisson}
 
 
 def _plain(x: Any) -> Any:
