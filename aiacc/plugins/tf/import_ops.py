@@ -770,18 +770,24 @@ def _batch_to_space(imp, tfop):
         return None
     s2b = op
     block = imp.const(block_t)
-    crops = imp.const(crops_t)
     block2 = imp.const(s2b.inputs[1])
-    pads = imp.const(s2b.inputs[2])
-    if block is None or crops is None or block2 is None or pads is None:
+    if block is None or block2 is None:
         return None
     block, block2 = [int(b) for b in np.asarray(block).reshape(-1)], [int(b) for b in np.asarray(block2).reshape(-1)]
-    crops, pads = np.asarray(crops).reshape(-1, 2), np.asarray(pads).reshape(-1, 2)
     if block != block2 or _attr(conv, "data_format", "NHWC") != "NHWC" or _attr(conv, "padding") != "VALID" or \
             list(conv.get_attr("strides")) != [1, 1, 1, 1] or list(conv.get_attr("dilations")) != [1, 1, 1, 1]:
         return None
-    begin = [int(p) - int(c) for p, c in zip(pads[:, 0], crops[:, 0])]
-    end = [int(p) - int(c) for p, c in zip(pads[:, 1], crops[:, 1])]
+    # the convolution pads by paddings - crops; for a run-time size TF computes both from the size, but
+    # the size-dependent part (the padding up to a multiple of the block) is the same term in each
+    diff = _linear(s2b.inputs[2]) - _linear(crops_t) if imp.const(s2b.inputs[2]) is None or imp.const(crops_t) \
+        is None else np.asarray(imp.const(s2b.inputs[2]), np.int64) - np.asarray(imp.const(crops_t), np.int64)
+    if diff is None or diff.shape != (len(block), 2):
+        return None
+    values = [_Lin.value_of(d) for d in diff.reshape(-1)]
+    if any(v is None for v in values):
+        return None
+    diff = np.asarray(values, np.int64).reshape(-1, 2)
+    begin, end = [int(v) for v in diff[:, 0]], [int(v) for v in diff[:, 1]]
     if min(begin + end) < 0:
         return None
     x = s2b.inputs[0]
@@ -819,6 +825,94 @@ def _batch_to_space(imp, tfop):
     out = imp.transpose(out, (0, 2, 3, 1))
     return [Entry(imp.emit1("Squeeze", [out, imp.ints([axis], tfop.name + "_squeeze_axes")],
                             name=tfop.name + "_1d"))]
+
+
+class _Lin:
+    """An integer affine expression over unknown run-time integers: {term: coefficient} + constant."""
+
+    __slots__ = ("terms", "c")
+
+    def __init__(self, terms=None, c=0):
+        self.terms = {k: v for k, v in (terms or {}).items() if v}
+        self.c = int(c)
+
+    @staticmethod
+    def of(x) -> "_Lin":
+        return x if isinstance(x, _Lin) else _Lin(c=int(x))
+
+    @staticmethod
+    def value_of(x):
+        x = _Lin.of(x)
+        return None if x.terms else x.c
+
+    def __add__(self, other):
+        other = _Lin.of(other)
+        terms = dict(self.terms)
+        for k, v in other.terms.items():
+            terms[k] = terms.get(k, 0) + v
+        return _Lin(terms, self.c + other.c)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return _Lin({k: -v for k, v in self.terms.items()}, -self.c)
+
+    def __sub__(self, other):
+        return self + (-_Lin.of(other))
+
+    def __rsub__(self, other):
+        return _Lin.of(other) - self
+
+
+def _linear(t, depth: int = 0):
+    """The small static-shape integer tensor `t` as an object array of _Lin, walking Const / Identity / Pack /
+    ConcatV2 / StridedSlice / Add / Sub; any other producer is an unknown term per element. None when the
+    shape is not static and small."""
+    shape = tf_shape(t.shape)
+    if shape is None or any(d is None for d in shape) or int(np.prod(shape, dtype=np.int64)) > 64:
+        return None
+    op = t.op
+
+    def objects(items, dims):
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(dims)
+
+    def unknown():
+        return objects([_Lin({(t.name, k): 1}) for k in range(int(np.prod(shape, dtype=np.int64)))], shape)
+
+    if depth > 16:
+        return unknown()
+    try:
+        if op.type == "Const":
+            v = np.asarray(tf().make_ndarray(op.get_attr("value")))
+            return objects([_Lin(c=int(x)) for x in v.reshape(-1)], v.shape)
+        ins = [_linear(x, depth + 1) for x in op.inputs] if op.type in (
+            "Identity", "Pack", "ConcatV2", "StridedSlice", "AddV2", "Add", "Sub") else None
+        if ins is None or any(x is None for x in ins):
+            return unknown()
+        if op.type == "Identity":
+            return ins[0]
+        if op.type == "Pack":
+            return np.stack(ins, axis=op.get_attr("axis"))
+        if op.type == "ConcatV2":
+            axis = _Lin.value_of(ins[-1].reshape(-1)[0])
+            return np.concatenate(ins[:-1], axis=axis)
+        if op.type in ("AddV2", "Add"):
+            return ins[0] + ins[1]
+        if op.type == "Sub":
+            return ins[0] - ins[1]
+        # StridedSlice: let TF pick the elements of an index array with the same spec
+        spec = [[_Lin.value_of(x) for x in a.reshape(-1)] for a in ins[1:]]
+        if any(v is None for a in spec for v in a):
+            return unknown()
+        idx = np.arange(ins[0].size, dtype=np.int64).reshape(ins[0].shape)
+        picked = tf().strided_slice(idx, *[np.asarray(a, np.int64) for a in spec], **{k: op.get_attr(k) for k in (
+            "begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}).numpy()
+        flat = ins[0].reshape(-1)
+        return objects([flat[i] for i in picked.reshape(-1)], picked.shape)
+    except (TypeError, ValueError):
+        return unknown()
 
 
 # ------------------------------------------------------------------------------------------ resize
