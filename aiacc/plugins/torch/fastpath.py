@@ -88,7 +88,8 @@ def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
     state = (weight.data_ptr(), _version(weight), weight.device, weight.dtype, tuple(weight.shape))
     entry = _PACKED.get(weight)
     if entry is None or entry[0] != state:
-        entry = (state, {})
+        # the entry holds the storage it was made from, so no later storage can reuse its address
+        entry = (state, {}, weight.untyped_storage())
         _PACKED[weight] = entry
     variants = entry[1]
     packed = variants.get(key)
@@ -117,6 +118,30 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, str
         return torch.ops.mkldnn._convolution_pointwise(x, w, bias, list(padding), list(stride), list(dilation),
                                                        groups, attr, list(scalars), algorithm)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return _UNARY[attr](y, scalars, algorithm)
+
+
+@_fx_leaf
+def conv2d_add_(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                padding: list[int], dilation: list[int], groups: int, residual: torch.Tensor, attr: str = "none",
+                scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
+    """attr(conv2d(x, weight, bias, ...) + residual). On the fast path the sum is accumulated into
+    `residual`'s memory (one oneDNN convolution with a sum post-op) and residual is returned: the exporter
+    uses it only where nothing reads `residual` afterwards. oneDNN fuses only ReLU (or nothing) after the
+    sum; elsewhere a fresh tensor, residual untouched."""
+    if attr in ("none", "relu") and x.dim() == 4 and usable(x, weight, bias) and type(residual) is torch.Tensor \
+            and residual.dtype is torch.float32 and residual.device.type == "cpu" \
+            and not (torch.is_grad_enabled() and residual.requires_grad) \
+            and residual.is_contiguous(memory_format=torch.channels_last):
+        if not x.is_contiguous(memory_format=torch.channels_last):
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = _packed(weight, ("conv", tuple(x.shape), tuple(padding), tuple(stride), tuple(dilation), groups),
+                    lambda w: torch.ops.mkldnn._reorder_convolution_weight(
+                        w, list(padding), list(stride), list(dilation), groups, list(x.shape)))
+        return torch.ops.mkldnn._convolution_pointwise_.binary(
+            residual, x, w, bias, list(padding), list(stride), list(dilation), groups, "add", None,
+            None if attr == "none" else attr, [], None)
+    y = F.conv2d(x, weight, bias, stride, padding, dilation, groups).add_(residual)
     return _UNARY[attr](y, scalars, algorithm)
 
 

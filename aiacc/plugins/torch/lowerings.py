@@ -370,7 +370,7 @@ def _conv_params(n: LNode):
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-def conv(b, n: LNode, bias_arg=None, onednn=None):
+def conv(b, n: LNode, bias_arg=None, onednn=None, residual=None):
     """The convolution of a Conv-like node. In an inference export a 2-D convolution goes through
     fastpath.conv2d (oneDNN with a pre-packed weight, channels-last; `onednn` = (attr, scalars, algorithm)
     is its fused post-op); otherwise F.convNd."""
@@ -388,9 +388,12 @@ def conv(b, n: LNode, bias_arg=None, onednn=None):
     if b.inference and k == 2:
         b.uses_fastpath = True
         attr, scalars, algorithm = onednn or ("none", [], None)
+        if residual is not None:
+            return b.call(fastpath.conv2d_add_, x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1),
+                          residual, attr, scalars, algorithm)
         return b.call(fastpath.conv2d, x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1),
                       attr, scalars, algorithm)
-    if onednn is not None:
+    if onednn is not None or residual is not None:
         raise UnsupportedError(f"node {n.name}: a fused post-op needs the 2-D inference convolution")
     return b.call(_CONV[k], x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1))
 
@@ -588,6 +591,32 @@ def activation(b, y, act: str, params, inplace: bool):
     raise UnsupportedError(f"unknown fused activation {act!r}")
 
 
+# ops whose output is a fresh tensor (never a view of an input) in their lowering
+_FRESH = {("aiacc", "FusedConv"), ("", "Conv"), ("", "Relu"), ("", "Add"), ("", "MaxPool"), ("", "AveragePool"),
+          ("", "BatchNormalization"), ("", "Clip")}
+# readers that only read (their outputs do not alias the input)
+_READERS = {("aiacc", "FusedConv"), ("", "Conv"), ("", "MaxPool"), ("", "AveragePool"), ("", "GlobalAveragePool"),
+            ("", "BatchNormalization")}
+
+
+def _residual_is_dead_after(b, value, node) -> bool:
+    """Whether `node` may overwrite `value`: a fresh tensor made by a known op, not a graph output, and
+    read otherwise only by earlier nodes that alias nothing."""
+    p = value.producer if value is not None else None
+    if p is None or value.const is not None or value.is_graph_output or p.schema is None \
+            or (p.domain, p.op) not in _FRESH or value.dtype != "float32":
+        return False
+    order = b.__dict__.setdefault("_order", {id(x): i for i, x in enumerate(b.ir)})
+    if id(node) not in order:
+        return False
+    for user, _ in value.uses:
+        if user is node:
+            continue
+        if (user.domain, user.op) not in _READERS or order.get(id(user), 1 << 60) > order[id(node)]:
+            return False
+    return sum(1 for u, _ in value.uses if u is node) == 1
+
+
 @lowering("FusedConv", domain="aiacc")
 def _fused_conv(b, n):
     act, params = n.attr("activation", ""), n.attr("activation_params")
@@ -597,6 +626,11 @@ def _fused_conv(b, n):
         onednn = fastpath.onednn_activation(act, params)
         if onednn is not None:  # the activation runs as oneDNN's post-op
             return conv(b, n, onednn=onednn)
+    if b.inference and residual is not None and shape is not None and len(shape) == 4 \
+            and _residual_is_dead_after(b, n.values[3], n.outputs[0].producer):
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None and onednn[0] in ("none", "relu"):  # conv, sum into the residual, ReLU: one call
+            return conv(b, n, onednn=onednn, residual=residual)
     y = conv(b, n)
     if residual is not None:
         # the conv output is fresh: accumulate in place (autograd handles add_ on a non-leaf)

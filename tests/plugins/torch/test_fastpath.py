@@ -145,3 +145,55 @@ def test_attention_with_additive_mask_lowers_to_sdpa():
     assert "scaled_dot_product_attention" in fast.code and "softmax" not in fast.code
     with torch.no_grad():
         assert_close_rel(model(q, k, v, mask), fast(q, k, v, mask), 1e-5)
+
+
+def test_conv2d_add_sums_into_the_residual_on_the_fast_path_only():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(2, 4, 6, 6, generator=g), torch.randn(4, 4, 3, 3, generator=g), torch.randn(4, generator=g)
+    r = torch.randn(2, 4, 6, 6, generator=g).contiguous(memory_format=torch.channels_last)
+    expected = F.relu(F.conv2d(x, w, b, 1, 1) + r)
+    with torch.no_grad():
+        y = fastpath.conv2d_add_(x, w, b, [1, 1], [1, 1], [1, 1], 1, r.clone(), "relu")
+        assert_close_rel(expected, y, 1e-5)
+        kept = r.clone()
+        y = fastpath.conv2d_add_(x, w, b, [1, 1], [1, 1], [1, 1], 1, kept, "relu")
+        assert y.data_ptr() == kept.data_ptr()  # accumulated in place
+        r64 = r.double()
+        y64 = fastpath.conv2d_add_(x.double(), w.double(), b.double(), [1, 1], [1, 1], [1, 1], 1, r64, "relu")
+        assert torch.equal(r64, r.double()) and y64.data_ptr() != r64.data_ptr()  # plain path: untouched
+        assert_close_rel(expected.double(), y64, 1e-6)
+
+
+class _Residuals(nn.Module):
+    """Three residual convolutions: one may sum into its residual, one reads its residual as input too,
+    one's residual is read again afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 1)
+        self.c3, self.c4, self.c5 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        b = torch.relu(self.c2(a) + a)  # a is c2's input and residual: no in-place sum
+        c = torch.relu(self.c3(b))
+        d = torch.relu(self.c4(b) + c)  # c read by nothing else: summed in place
+        e = torch.relu(self.c5(d) + c)  # c read again after c4: c4 must not have overwritten it ...
+        return e + d
+
+
+def test_residual_summed_in_place_only_when_nothing_reads_it_later():
+    torch.manual_seed(3)
+    model = _Residuals().eval()
+    x = torch.randn(2, 4, 8, 8)
+    fast = aiacc.optimize(model, (x,))
+    code = fast.code
+    # ... so only c5 (the last reader of c) sums in place
+    assert code.count("fastpath_conv2d_add_(") == 1
+    with torch.no_grad():
+        assert_close_rel(model(x), fast(x), 1e-5)
+    model50, inputs = ZOO["resnet50"]()
+    fast50 = aiacc.optimize(model50, inputs)
+    assert fast50.code.count("fastpath_conv2d_add_(") == 16  # every bottleneck's residual
+    with torch.no_grad():
+        assert_close_rel(model50(*inputs), fast50(*inputs), 1e-5)
