@@ -485,3 +485,40 @@ def test_ops_downstream_of_a_data_dependent_shape(tmp_path):
     feeds["m"] = np.array([1, 0, 1, 1], "float32")
     check(model, feeds, tmp_path, opaque=["_contrib_boolean_mask", "expand_dims", "where", "reverse",
                                           "FullyConnected", "slice", "Pad"])
+
+
+class _PlusSquare(mx.operator.CustomOp):
+    def forward(self, is_train, req, in_data, out_data, aux):
+        self.assign(out_data[0], req[0], in_data[0] * in_data[0] + 1)
+
+
+@mx.operator.register("aiacc_test_plus_square")
+class _PlusSquareProp(mx.operator.CustomOpProp):
+    def list_arguments(self):
+        return ["data"]
+
+    def list_outputs(self):
+        return ["output"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _PlusSquare()
+
+
+class _WithCustomOp(nn.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.dense = nn.Dense(4)
+
+    def hybrid_forward(self, F, x):
+        return self.dense(F.Custom(x, op_type="aiacc_test_plus_square"))
+
+
+def test_python_custom_op_stays_opaque(tmp_path):
+    model, ex = _gluon(_WithCustomOp(), (2, 3))
+    g = check(model, ex, tmp_path, opaque=["Custom"])
+    (node,) = [n for n in g if n.is_opaque]
+    assert node.attrs["op_type"] == "aiacc_test_plus_square" and node.output.shape == (2, 3)
