@@ -15,6 +15,12 @@ and the shape subgraph disappears.
 
 A TF op with no translation becomes an opaque node that keeps its NodeDef (attrs `tf_op`, `node_def`) and
 a kernel running it eagerly, so the reference executor still runs it and the exporter rebuilds it unchanged.
+
+Control flow is frozen functional (`lower_control_flow=False`): While / If / Case and the TensorList
+(variant) plumbing around them become opaque *regions* that carry a GraphDef with the function library
+they need (aiacc.plugins.tf.regions). Function calls TF's inliner left in place (Keras' XLA-compiled
+grouped convolution) are translated through the callee's body. The ops are walked in topological order
+(a frozen graph lists them in creation order, which is not always one), each region as one unit.
 """
 from __future__ import annotations
 

@@ -240,6 +240,9 @@ def test_translated_forms(case):
                    if n.op == "Resize")
     assert modes == [("linear", "align_corners"), ("linear", "half_pixel"), ("linear", "half_pixel"),
                      ("nearest", "align_corners"), ("nearest", "half_pixel")]
+    for name in ("seq1d", "attention"):  # Keras' layer norm on the last axis of a 3-D tensor, fused at level 2
+        optimized = case(name).optimized("native").aiacc_graph.unwrap()
+        assert [n.attr("axis") for n in optimized if n.op == "LayerNormalization"] == [-1]
     # two dilated convolutions, the grouped one (Keras calls an XLA function: inlined) and the depthwise one
     assert sorted(n.attr("group") for n in case("spatial").graph if n.op == "Conv") == [1, 1, 2, 6]
 
