@@ -169,9 +169,17 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
             try:
                 outs = fn(Ctx(g, n, ins))
             except AiaccError as e:
-                if n.name in str(e):
-                    raise
-                raise type(e)(f"{n.describe()}: {e}") from None
+                # an attribute or shape our converter rejects: if MXNet accepts the node, aiacc's reading
+                # was too strict and the node stays opaque; if MXNet rejects it too, our error names it
+                err = e if n.name in str(e) else type(e)(f"{n.describe()}: {e}")
+                _rollback(g, mark)
+                if opaque_backend is None:
+                    raise err from None
+                try:
+                    outs = _opaque(g, n, ins, opaque_backend)
+                except AiaccError:
+                    raise err from None
+                warnings.warn(f"aiacc: {n.describe()} kept opaque: {err}", stacklevel=2)
             except Exception as e:  # noqa: BLE001 - a converter that cannot cope keeps the node opaque
                 _rollback(g, mark)
                 warnings.warn(f"aiacc: {n.describe()} kept opaque: its converter failed "

@@ -522,3 +522,30 @@ def test_python_custom_op_stays_opaque(tmp_path):
     g = check(model, ex, tmp_path, opaque=["Custom"])
     (node,) = [n for n in g if n.is_opaque]
     assert node.attrs["op_type"] == "aiacc_test_plus_square" and node.output.shape == (2, 3)
+
+
+def test_attribute_aiacc_cannot_read_but_mxnet_runs_stays_opaque(monkeypatch):
+    from aiacc.errors import ParseError
+    from aiacc.plugins.mxnet import importer
+
+    def strict(ctx):
+        raise ParseError("attribute act_type='tanh' is not understood")
+
+    monkeypatch.setitem(importer._CONVERTERS, "Activation", strict)
+    model, feeds = _triple(S.Activation(X, act_type="tanh") * 2.0, {"x": (2, 3)})
+    with pytest.warns(UserWarning, match=r"node 'activation\d+' \(Activation\) kept opaque.*not understood"):
+        g = aiacc.trace(model, feeds)
+    assert [n.qualified_op for n in g] == ["mxnet::Activation", "Mul"]
+    _same(list(run(g, feeds).values()), T.run(model, feeds), "reference executor")
+
+
+def test_attribute_neither_aiacc_nor_mxnet_reads_is_named(tmp_path):
+    from aiacc.errors import ParseError
+    from aiacc.plugins import mxnet as plugin
+
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "Pooling", "name": "poolZ", "attrs": {"kernel": "(2, 2.5)"}, "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    with pytest.raises(ParseError, match=r"node 'poolZ' \(Pooling\): attribute kernel=.*not an integer"):
+        (tmp_path / "m-symbol.json").write_text(json.dumps(doc))
+        plugin.trace(str(tmp_path / "m-symbol.json"), [np.zeros((1, 1, 4, 4), "float32")])
