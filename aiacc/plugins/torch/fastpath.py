@@ -14,7 +14,9 @@ torch.jit.optimize_for_inference and torch.compile's oneDNN fusion do instead, d
 
 The module's plain parameters stay the source of truth: the cache is keyed by the weight tensor (weakly)
 and re-prepared when its storage, version (in-place updates, load_state_dict), device or dtype or the input
-shape changes, so .to(), torch.save / torch.load and load_state_dict work as on any module. The fast path
+shape changes, so .to(), torch.save / torch.load and load_state_dict work as on any module. (A write through
+`param.data` bypasses the version counter and is not seen until the storage or version changes; the
+peers freeze weights altogether.) The fast path
 is taken only for CPU float32 tensors when no gradient is needed, and never while torch.jit traces or
 scripts, torch.compile compiles or torch.fx traces symbolically; everywhere else the same function runs
 F.conv2d / F.linear and the activation, so gradients, other devices and other dtypes behave as before.
@@ -29,6 +31,8 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakTensorKeyDictionary
 
 _PACKED: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+_F32 = torch.float32
+_MKLDNN = torch.backends.mkldnn.is_available()
 _MAX_SHAPES = 4  # packed variants kept per weight (one per input shape seen)
 
 # oneDNN post-op name -> the same activation applied in place on a fresh tensor (the fallback)
@@ -59,20 +63,20 @@ def _fx_leaf(fn):
 
 
 def usable(x, weight, bias) -> bool:
-    """Whether the oneDNN path may run: CPU float32 tensors, no autograd, no tracer or compiler watching."""
-    if type(x) is not torch.Tensor or not isinstance(weight, torch.Tensor):
-        return False  # fx Proxy, FakeTensor, tensor subclasses
-    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling():
-        return False
-    if x.dtype is not torch.float32 or weight.dtype is not torch.float32 or x.device.type != "cpu" \
-            or weight.device.type != "cpu" or x.is_mkldnn or weight.is_mkldnn or x.is_sparse:
-        return False
-    if bias is not None and (bias.dtype is not torch.float32 or bias.device.type != "cpu"):
+    """Whether the oneDNN path may run: CPU float32 tensors, no autograd, no tracer or compiler watching.
+    (Called per convolution: the cheapest, most often deciding checks come first.)"""
+    if type(x) is not torch.Tensor or x.dtype is not _F32 or not x.is_cpu or x.is_mkldnn or x.is_sparse \
+            or not isinstance(weight, torch.Tensor) or weight.dtype is not _F32 or not weight.is_cpu \
+            or weight.is_mkldnn:
+        return False  # fx Proxy, FakeTensor, tensor subclasses, other dtypes and devices
+    if bias is not None and (bias.dtype is not _F32 or not bias.is_cpu):
         return False
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         return False
-    return torch._C._get_mkldnn_enabled() and torch.backends.mkldnn.is_available()
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling():
+        return False
+    return _MKLDNN and torch._C._get_mkldnn_enabled()
 
 
 def _version(t: torch.Tensor) -> int:
@@ -85,10 +89,11 @@ def _version(t: torch.Tensor) -> int:
 def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
     """The oneDNN-ready copy of `weight` for `key` (input shape and conv parameters), made by make() on a
     miss; every copy is dropped once the weight's storage, version, device, dtype or shape changes."""
-    state = (weight.data_ptr(), _version(weight), weight.device, weight.dtype, tuple(weight.shape))
+    # the entry pins its source storage, so an equal data_ptr means the same storage (device, dtype); the
+    # version counter catches in-place updates and resize_
+    state = (weight.data_ptr(), _version(weight))
     entry = _PACKED.get(weight)
     if entry is None or entry[0] != state:
-        # the entry holds the storage it was made from, so no later storage can reuse its address
         entry = (state, {}, weight.untyped_storage())
         _PACKED[weight] = entry
     variants = entry[1]
@@ -102,6 +107,12 @@ def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
     return packed
 
 
+def _packed_conv(weight, x, padding, stride, dilation, groups) -> torch.Tensor:
+    return _packed(weight, (x.shape, tuple(padding), tuple(stride), tuple(dilation), groups),
+                   lambda w: torch.ops.mkldnn._reorder_convolution_weight(
+                       w, list(padding), list(stride), list(dilation), groups, list(x.shape)))
+
+
 @_fx_leaf
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
            padding: list[int], dilation: list[int], groups: int, attr: str = "none",
@@ -112,11 +123,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, str
     if x.dim() == 4 and usable(x, weight, bias):
         if not x.is_contiguous(memory_format=torch.channels_last):
             x = x.contiguous(memory_format=torch.channels_last)
-        w = _packed(weight, ("conv", tuple(x.shape), tuple(padding), tuple(stride), tuple(dilation), groups),
-                    lambda w: torch.ops.mkldnn._reorder_convolution_weight(
-                        w, list(padding), list(stride), list(dilation), groups, list(x.shape)))
-        return torch.ops.mkldnn._convolution_pointwise(x, w, bias, list(padding), list(stride), list(dilation),
-                                                       groups, attr, list(scalars), algorithm)
+        w = _packed_conv(weight, x, padding, stride, dilation, groups)
+        return torch.ops.mkldnn._convolution_pointwise(x, w, bias, padding, stride, dilation, groups, attr, scalars,
+                                                       algorithm)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
     return _UNARY[attr](y, scalars, algorithm)
 
@@ -135,11 +144,9 @@ def conv2d_add_(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             and residual.is_contiguous(memory_format=torch.channels_last):
         if not x.is_contiguous(memory_format=torch.channels_last):
             x = x.contiguous(memory_format=torch.channels_last)
-        w = _packed(weight, ("conv", tuple(x.shape), tuple(padding), tuple(stride), tuple(dilation), groups),
-                    lambda w: torch.ops.mkldnn._reorder_convolution_weight(
-                        w, list(padding), list(stride), list(dilation), groups, list(x.shape)))
+        w = _packed_conv(weight, x, padding, stride, dilation, groups)
         return torch.ops.mkldnn._convolution_pointwise_.binary(
-            residual, x, w, bias, list(padding), list(stride), list(dilation), groups, "add", None,
+            residual, x, w, bias, padding, stride, dilation, groups, "add", None,
             None if attr == "none" else attr, [], None)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups).add_(residual)
     return _UNARY[attr](y, scalars, algorithm)
@@ -152,8 +159,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, att
     if usable(x, weight, bias) and x.dim() >= 1 and x.numel() > 0:
         if weight.dim() == 2:
             rows = x.numel() // x.shape[-1]
-            weight = _packed(weight, ("linear", rows), lambda w: torch.ops.mkldnn._reorder_linear_weight(w, rows))
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, list(scalars), algorithm)
+            weight = _packed(weight, rows, lambda w: torch.ops.mkldnn._reorder_linear_weight(w, rows))
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, scalars, algorithm)
     y = F.linear(x, weight, bias)
     return _UNARY[attr](y, scalars, algorithm)
 
