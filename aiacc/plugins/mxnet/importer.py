@@ -581,7 +581,11 @@ def _softmax(ctx: Ctx):
     t = ctx.float("temperature", None)
     if t is not None and t != 1.0:
         x = ctx.op("Div", x, ctx.scalar(t))
-    return ctx.op("Softmax" if ctx.node.op == "softmax" else "LogSoftmax", x, axis=ctx.int("axis", -1))
+    y = ctx.op("Softmax" if ctx.node.op == "softmax" else "LogSoftmax", x, axis=ctx.int("axis", -1))
+    dtype = ctx.str("dtype")
+    if dtype not in (None, "None") and np.dtype(dtype).name != ctx.dtype(0):
+        y = ctx.op("Cast", y, to=np.dtype(dtype).name)  # MXNet computes in the input type, returns `dtype`
+    return y
 
 
 @converter("SoftmaxActivation")
@@ -597,9 +601,17 @@ def _layernorm(ctx: Ctx):
     ctx.need_inputs(3)
     rank = ctx.rank(0)
     axis = ctx.int("axis", -1)
-    if (axis != -1 and (rank is None or axis % rank != rank - 1)) or ctx.bool("output_mean_var", False):
+    if (axis != -1 and rank is None) or ctx.bool("output_mean_var", False):
         return None
-    return ctx.op("LayerNormalization", *ctx.inputs, axis=-1, epsilon=ctx.float("eps", 1e-5))
+    if axis == -1 or axis % rank == rank - 1:
+        return ctx.op("LayerNormalization", *ctx.inputs, axis=-1, epsilon=ctx.float("eps", 1e-5))
+    # another axis (e.g. channels of NCHW): normalize along it alone, scale and shift along it
+    from aiacc.plugins.mxnet.importer_ops import _normalize, along_axis
+
+    x, gamma, beta = ctx.inputs
+    y = _normalize(ctx, x, [axis % rank], ctx.float("eps", 1e-5))
+    y = ctx.op("Mul", y, along_axis(ctx, gamma, rank, axis % rank, "gamma"))
+    return ctx.op("Add", y, along_axis(ctx, beta, rank, axis % rank, "beta"))
 
 
 def _swap_last(ctx: Ctx, v: Value) -> Value:

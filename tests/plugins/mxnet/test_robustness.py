@@ -155,6 +155,9 @@ TRANSLATED = {
                                                                                            fix_gamma=False).sum(axis=1),
                                 {"x": (2, 4, 3, 3), "z": (2, 3, 4)}),
     "div_sqrt_dim": (lambda: S.contrib.div_sqrt_dim(X), {"x": (2, 4)}),
+    "layer_norm_channel_axis": (lambda: S.LayerNorm(X, S.var("g"), S.var("b"), axis=1, eps=1e-4), {"x": (2, 3, 4, 5)}),
+    "softmax_dtype": (lambda: S.Cast(S.softmax(X, axis=1, dtype="float64"), dtype="float32")
+                      + S.log_softmax(X, axis=1, dtype="float64").astype("float32"), {"x": (2, 3)}),
     "bilinear_resize": (lambda: S.Group([S.contrib.BilinearResize2D(X, height=8, width=10),
                                          S.contrib.BilinearResize2D(X, height=3, width=7, align_corners=False),
                                          S.contrib.BilinearResize2D(X, Y, mode="like")]),
