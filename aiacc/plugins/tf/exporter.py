@@ -58,6 +58,21 @@ def input_specs(graph: Graph) -> list:
     return specs
 
 
+def input_signature(graph: Graph) -> list:
+    """The input_signature of the exported tf.function: the flat specs, nested as the original's positional
+    arguments were (a Keras model taking a dict, a tf.function taking a tuple) where the graph records it.
+    The function flattens what it is given with tf.nest.flatten."""
+    tfm = tf()
+    specs = input_specs(graph)
+    structure = graph.meta.get("tf_input_structure")
+    if structure is None:
+        return specs
+    try:
+        return [tfm.nest.map_structure(lambda k: specs[k], arg) for arg in structure]
+    except (IndexError, TypeError, ValueError):
+        return specs
+
+
 def export_graph(graph: Graph) -> Any:
     """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure."""
     tfm = tf()
@@ -74,11 +89,11 @@ def export_graph(graph: Graph) -> Any:
                                            f"has no TensorFlow lowering")
             continue
         raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
-    specs = input_specs(graph)
+    specs = input_signature(graph)
     structure = graph.meta.get("tf_output_structure")
 
-    def call(self, *xs):
-        return pack_outputs(structure, Emitter(graph).run(list(xs)))
+    def call(self, *args):
+        return pack_outputs(structure, Emitter(graph).run(tfm.nest.flatten(args)))
 
     cls = type("AiaccTFModule", (tfm.Module,), {
         "__call__": tfm.function(call, input_signature=specs, autograph=False, reduce_retracing=True),

@@ -52,6 +52,7 @@ class Traced:
     frozen: Any  # ConcreteFunction with variables frozen
     specs: list  # tf.TensorSpec per flat input
     output_structure: Any  # structure of the outputs (tf.nest), to pack the exported outputs the same way
+    input_structure: Any = None  # positional arguments as nests of flat input indices; None: flat tensors
 
 
 def _is_keras_model(model: Any) -> bool:
@@ -114,11 +115,35 @@ def _keras_input_specs(model: Any) -> list | None:
     return [tfm.TensorSpec(tuple(t.shape), tfm.as_dtype(t.dtype), name=getattr(t, "name", None)) for t in inputs]
 
 
-def _keras_call(model: Any, single: bool):
-    def call(*xs):
-        return model(xs[0] if single else list(xs), training=False)
+def _index_structure(structure: Any) -> Any:
+    """`structure` with its leaves replaced by their flat (tf.nest) positions."""
+    tfm = tf()
+    return tfm.nest.pack_sequence_as(structure, list(range(len(tfm.nest.flatten(structure)))))
 
-    return call
+
+def _trace_keras(model: Any, candidates: list, pack) -> tuple[Any, list]:
+    """(ConcreteFunction, specs) of the first candidate signature the Keras model traces on; `pack` turns
+    the flat inputs into the model's argument. A model that cannot trace on its declared (dynamic) shapes
+    may still trace on the examples'."""
+    tfm = tf()
+    first_error = None
+    tried = []
+    for specs in candidates:
+        key = [(tuple(s.shape), s.dtype) for s in specs]
+        if key in tried:
+            continue
+        tried.append(key)
+
+        def call(*xs):
+            return model(pack(xs), training=False)
+
+        try:
+            return tfm.function(call, input_signature=specs).get_concrete_function(), specs
+        except Exception as e:  # Keras raises many kinds of errors for inputs it cannot take
+            first_error = first_error or (specs, e)
+    specs, e = first_error
+    raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
+                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
 
 
 def concrete_function(model: Any, example_inputs: Any) -> Traced:
@@ -131,7 +156,13 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
     ConcreteFunction = tfm.types.experimental.ConcreteFunction
     GenericFunction = tfm.types.experimental.GenericFunction
 
-    if _is_keras_model(model):
+    input_structure = None
+    if _is_keras_model(model) and isinstance(example_inputs, dict):
+        # named inputs: the model takes one dict; the graph inputs are its values in tf.nest (sorted key) order
+        input_structure = [_index_structure(example_inputs)]
+        candidates = [[_spec_of(x, relax_batch=True) for x in examples], [_spec_of(x, relax_batch=False) for x in examples]]
+        cf, specs = _trace_keras(model, candidates, lambda xs: tfm.nest.pack_sequence_as(example_inputs, list(xs)))
+    elif _is_keras_model(model):
         known = _keras_input_specs(model)
         candidates = []
         if examples is not None:
@@ -145,22 +176,7 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
             candidates.append(known)
         else:
             raise UnsupportedError(f"Keras model {model.name!r} has no input shapes yet: pass example inputs")
-        first_error = None
-        tried = []
-        for specs in candidates:
-            key = [(tuple(s.shape), s.dtype) for s in specs]
-            if key in tried:
-                continue
-            tried.append(key)
-            try:
-                cf = tfm.function(_keras_call(model, len(specs) == 1), input_signature=specs).get_concrete_function()
-                break
-            except Exception as e:  # Keras raises many kinds of errors for inputs it cannot take
-                first_error = first_error or (specs, e)
-        else:
-            specs, e = first_error
-            raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
-                             f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
+        cf, specs = _trace_keras(model, candidates, lambda xs: xs[0] if len(xs) == 1 else list(xs))
     else:
         is_function = isinstance(model, (GenericFunction, ConcreteFunction))
         if not is_function and hasattr(getattr(model, "__call__", None), "get_concrete_function"):
@@ -208,7 +224,11 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:  # TF raises a variety of errors for graphs it cannot freeze
         raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {_first_line(e)}") from e
-    return Traced(frozen, specs, cf.structured_outputs)
+    if input_structure is None:
+        args, kwargs = cf.structured_input_signature
+        if args and not kwargs and any(not isinstance(a, tfm.TensorSpec) for a in args):
+            input_structure = list(_index_structure(tuple(args)))
+    return Traced(frozen, specs, cf.structured_outputs, input_structure)
 
 
 def _first_line(e: Exception) -> str:
@@ -266,6 +286,8 @@ class GraphImporter:
         g.meta["tf_signature"] = [(v.name, tf_shape(s.shape), s.dtype.name) for v, s in zip(g.inputs,
                                                                                           self.traced.specs)]
         g.meta["tf_output_structure"] = self.traced.output_structure
+        if self.traced.input_structure is not None:
+            g.meta["tf_input_structure"] = self.traced.input_structure
         g.meta["framework"] = "tf"
         _dead_code(g)
         g.remove_unused_initializers()

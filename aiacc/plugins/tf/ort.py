@@ -19,7 +19,7 @@ from aiacc.plugins.tf._tf import tf
 def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     """A tf.Module running `graph` on onnxruntime, with the graph's original input signature."""
     from aiacc.backends.onnxruntime import OrtGraphRunner
-    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_specs, pack_outputs
+    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_signature, pack_outputs
 
     tfm = tf()
     try:
@@ -29,7 +29,7 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     except Exception as e:  # onnxruntime refusing a segment (an op or dtype it has no kernel for)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedError(f"graph {graph.name}: onnxruntime cannot run it: {first}") from e
-    specs = input_specs(graph)
+    specs = input_signature(graph)
     names = [v.name for v in graph.inputs]
     out_dtypes = [tfm.as_dtype(v.dtype) for v in graph.outputs]
     out_shapes = [None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
@@ -40,8 +40,9 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
         outs = runner.run({n: np.asarray(a) for n, a in zip(names, arrays)})
         return [np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(outs, out_dtypes)]
 
-    def call(self, *xs):
-        outs = tfm.numpy_function(ort_run, list(xs), out_dtypes, stateful=False, name="aiacc_onnxruntime")
+    def call(self, *args):
+        outs = tfm.numpy_function(ort_run, tfm.nest.flatten(args), out_dtypes, stateful=False,
+                                  name="aiacc_onnxruntime")
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         for o, s in zip(outs, out_shapes):
             if s is not None:

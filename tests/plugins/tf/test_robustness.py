@@ -320,3 +320,25 @@ def test_wrong_shape_for_a_recurrent_model_is_an_aiacc_error(case):
     c = case("lstm_gru")
     with pytest.raises(AiaccError, match="expects shape"):
         aiacc.optimize(c.model, np.zeros((2, 6, 8), np.float32))
+
+
+def test_named_inputs_and_outputs_keep_their_structure(tmp_path):
+    """A Keras model on a dict of inputs: the optimized module takes the same dict (SavedModel too)."""
+    keras.utils.set_random_seed(0)
+    b, a = keras.Input((2,), name="b"), keras.Input((4,), name="a")  # declared out of key order
+    model = keras.Model({"b": b, "a": a}, {"s": L.Dense(3)(L.Concatenate()([a, b])), "t": L.Dense(1)(b)})
+    rng = np.random.default_rng(0)
+    x = {"a": rng.standard_normal((2, 4)).astype(np.float32), "b": rng.standard_normal((2, 2)).astype(np.float32)}
+    expected = model(x)
+    for backend in ("native", "onnxruntime"):
+        fast = aiacc.optimize(model, x, backend=backend)
+        out = fast(x)
+        assert sorted(out) == ["s", "t"]
+        for k in out:
+            _close([np.asarray(expected[k])], [out[k]])
+    fast = aiacc.optimize(model, x)
+    tf.saved_model.save(fast, str(tmp_path / "named"))
+    loaded = tf.saved_model.load(str(tmp_path / "named"))
+    out = loaded(x)
+    _close([np.asarray(expected["s"]), np.asarray(expected["t"])], [out["s"], out["t"]])
+    assert fast.aiacc_graph.unwrap().meta["tf_input_structure"] == [{"a": 0, "b": 1}]
