@@ -107,6 +107,13 @@ def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
     return packed
 
 
+def _plain(weight) -> None:
+    """The plain path runs on `weight`: once it has left CPU float32 (.to(device or dtype)), drop its
+    packed copies and the CPU storage they pin."""
+    if isinstance(weight, torch.Tensor) and not (weight.is_cpu and weight.dtype is _F32) and _PACKED:
+        _PACKED.pop(weight, None)
+
+
 def _packed_conv(weight, x, padding, stride, dilation, groups) -> torch.Tensor:
     return _packed(weight, (x.shape, tuple(padding), tuple(stride), tuple(dilation), groups),
                    lambda w: torch.ops.mkldnn._reorder_convolution_weight(
@@ -126,6 +133,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, str
         w = _packed_conv(weight, x, padding, stride, dilation, groups)
         return torch.ops.mkldnn._convolution_pointwise(x, w, bias, padding, stride, dilation, groups, attr, scalars,
                                                        algorithm)
+    _plain(weight)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
     return _UNARY[attr](y, scalars, algorithm)
 
@@ -148,6 +156,7 @@ def conv2d_add_(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         return torch.ops.mkldnn._convolution_pointwise_.binary(
             residual, x, w, bias, padding, stride, dilation, groups, "add", None,
             None if attr == "none" else attr, [], None)
+    _plain(weight)
     y = F.conv2d(x, weight, bias, stride, padding, dilation, groups).add_(residual)
     return _UNARY[attr](y, scalars, algorithm)
 
@@ -161,6 +170,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, att
             rows = x.numel() // x.shape[-1]
             weight = _packed(weight, rows, lambda w: torch.ops.mkldnn._reorder_linear_weight(w, rows))
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, scalars, algorithm)
+    _plain(weight)
     y = F.linear(x, weight, bias)
     return _UNARY[attr](y, scalars, algorithm)
 

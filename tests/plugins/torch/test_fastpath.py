@@ -66,6 +66,17 @@ def test_packed_weight_follows_in_place_updates_and_shapes():
         assert_close_rel(F.linear(xl, lw), fastpath.linear(xl, lw, None))
 
 
+def test_packed_copies_dropped_once_the_weight_leaves_cpu_float32():
+    conv = nn.Conv2d(3, 4, 3)
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        fastpath.conv2d(x, conv.weight, conv.bias, [1, 1], [0, 0], [1, 1], 1)
+        assert conv.weight in fastpath._PACKED
+        conv.double()  # same Parameter objects, new storage
+        y = fastpath.conv2d(x.double(), conv.weight, conv.bias, [1, 1], [0, 0], [1, 1], 1)
+    assert conv.weight not in fastpath._PACKED and y.dtype == torch.float64
+
+
 def test_other_dtypes_take_the_plain_path():
     x, w = torch.randn(1, 3, 6, 6, dtype=torch.float64), torch.randn(4, 3, 1, 1, dtype=torch.float64)
     with torch.no_grad():
