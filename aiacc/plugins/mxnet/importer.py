@@ -549,8 +549,19 @@ def mx_reshape_shape(in_shape, spec, reverse=False) -> tuple[int, ...]:
 
 @converter("Reshape", "reshape")
 def _reshape(ctx: Ctx):
-    if ctx.tuple("target_shape") or ctx.bool("keep_highest", False):
-        return None  # the legacy form
+    target = ctx.tuple("target_shape")
+    if target:  # the legacy form: one 0 is inferred; keep_highest keeps the input's first dimension
+        spec = list(target)
+        if ctx.bool("keep_highest", False):
+            spec[0] = 0
+        inferred = [i for i, d in enumerate(spec) if d == 0 and not (i == 0 and ctx.bool("keep_highest", False))]
+        if len(inferred) > 1:
+            return None
+        for i in inferred:
+            spec[i] = -1
+        return ctx.op("Reshape", ctx.inputs[0], ctx.ints("shape", spec))
+    if ctx.bool("keep_highest", False):
+        return None
     spec = list(ctx.tuple("shape", ()))
     reverse = ctx.bool("reverse", False)
     x = ctx.inputs[0]

@@ -155,6 +155,8 @@ TRANSLATED = {
                                                                                            fix_gamma=False).sum(axis=1),
                                 {"x": (2, 4, 3, 3), "z": (2, 3, 4)}),
     "div_sqrt_dim": (lambda: S.contrib.div_sqrt_dim(X), {"x": (2, 4)}),
+    "legacy_reshape": (lambda: S.Group([S.Reshape(X, target_shape=(0, 6)), S.Reshape(X, target_shape=(2, 0)),
+                                        S.Reshape(X, target_shape=(7, 0, 2), keep_highest=True)]), {"x": (2, 3, 4)}),
     "layer_norm_channel_axis": (lambda: S.LayerNorm(X, S.var("g"), S.var("b"), axis=1, eps=1e-4), {"x": (2, 3, 4, 5)}),
     "softmax_dtype": (lambda: S.Cast(S.softmax(X, axis=1, dtype="float64"), dtype="float32")
                       + S.log_softmax(X, axis=1, dtype="float64").astype("float32"), {"x": (2, 3)}),
@@ -198,7 +200,6 @@ OPAQUE = {
                                  {"x": (2, 3, 4, 6)}, ["_contrib_BilinearResize2D"]),
     "sequence_ops": (lambda: S.SequenceLast(X) + S.SequenceReverse(X).sum(axis=0), {"x": (5, 2, 3)},
                      ["SequenceLast", "SequenceReverse"]),
-    "legacy_reshape": (lambda: S.Reshape(X, target_shape=(0, 6)), {"x": (2, 3, 2)}, ["Reshape"]),
 }
 
 
