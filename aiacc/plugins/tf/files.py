@@ -15,6 +15,9 @@ from aiacc.errors import ParseError, UnsupportedError
 from aiacc.plugins.tf._tf import tf
 
 
+_KEEP_ALIVE: list = []  # loaded SavedModels whose signature functions cannot carry them
+
+
 def load_model(path: str) -> Any:
     """The callable model in a SavedModel directory or a .keras file (a Keras model, a tf.Module with a
     tf.function __call__, or the SavedModel's serving signature)."""
@@ -39,10 +42,14 @@ def load_model(path: str) -> Any:
         if call is not None and getattr(call, "input_signature", None) is not None:
             return loaded
         sigs = getattr(loaded, "signatures", {})
-        if "serving_default" in sigs:
-            return sigs["serving_default"]
         if sigs:
-            return next(iter(sigs.values()))
+            fn = sigs["serving_default"] if "serving_default" in sigs else next(iter(sigs.values()))
+            # the signature function holds its variables weakly: keep the loaded object alive with it
+            try:
+                fn._aiacc_owner = loaded  # noqa: SLF001
+            except AttributeError:
+                _KEEP_ALIVE.append(loaded)
+            return fn
         raise UnsupportedError(f"{path}: the SavedModel has neither a __call__ with an input signature nor a "
                                f"serving signature")
     raise UnsupportedError(f"{path}: expected a SavedModel directory or a .keras file")
