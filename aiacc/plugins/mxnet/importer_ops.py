@@ -609,3 +609,18 @@ def _np_unary(ctx: Ctx):
     if not _floats(ctx):
         return None
     return ctx.op(_NP_UNARY[ctx.node.op], ctx.inputs[0])
+
+
+@converter("_contrib_arange_like")
+def _arange_like(ctx: Ctx):
+    """start + step * (i // repeat) over the input's shape, or along one axis of it: a constant where the
+    shape is static (MXNet gives float32)."""
+    s = ctx.static(0)
+    if s is None:
+        return None
+    axis = ctx.int("axis", None)
+    shape = (s[axis % len(s)],) if axis is not None else s
+    n = int(np.prod(shape, dtype=np.int64))
+    repeat = ctx.int("repeat", 1) or 1
+    values = ctx.float("start", 0.0) + ctx.float("step", 1.0) * (np.arange(n) // repeat)
+    return ctx.constant("value", values.reshape(shape).astype(np.float32))

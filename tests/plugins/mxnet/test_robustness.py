@@ -155,6 +155,9 @@ TRANSLATED = {
                                                                                            fix_gamma=False).sum(axis=1),
                                 {"x": (2, 4, 3, 3), "z": (2, 3, 4)}),
     "div_sqrt_dim": (lambda: S.contrib.div_sqrt_dim(X), {"x": (2, 4)}),
+    "arange_like": (lambda: S.broadcast_add(X, S.contrib.arange_like(X, axis=1)) + S.contrib.arange_like(X, repeat=3)
+                    + S.broadcast_mul(X, S.contrib.arange_like(X, start=1.5, step=2.0, repeat=2, axis=1)),
+                    {"x": (2, 5)}),
     "legacy_reshape": (lambda: S.Group([S.Reshape(X, target_shape=(0, 6)), S.Reshape(X, target_shape=(2, 0)),
                                         S.Reshape(X, target_shape=(7, 0, 2), keep_highest=True)]), {"x": (2, 3, 4)}),
     "layer_norm_channel_axis": (lambda: S.LayerNorm(X, S.var("g"), S.var("b"), axis=1, eps=1e-4), {"x": (2, 3, 4, 5)}),
