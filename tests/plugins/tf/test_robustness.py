@@ -342,3 +342,17 @@ def test_named_inputs_and_outputs_keep_their_structure(tmp_path):
     out = loaded(x)
     _close([np.asarray(expected["s"]), np.asarray(expected["t"])], [out["s"], out["t"]])
     assert fast.aiacc_graph.unwrap().meta["tf_input_structure"] == [{"a": 0, "b": 1}]
+
+
+def test_exported_keras_lstm_savedmodel_through_the_file_path(case, tmp_path):
+    """model.export() gives a SavedModel whose serving signature holds its variables weakly: loading it by
+    path, tracing and optimizing must keep them alive; the While loops survive as regions."""
+    from aiacc.plugins.tf import files
+
+    c = case("lstm_gru")
+    c.model.export(str(tmp_path / "sm"), verbose=False)
+    g = files.load_graph(str(tmp_path / "sm"))
+    assert sorted(n.qualified_op for n in g if n.is_opaque) == ["tf::While", "tf::While"]
+    files.optimize_file(str(tmp_path / "sm"), str(tmp_path / "out"))
+    loaded = tf.saved_model.load(str(tmp_path / "out"))
+    _close(c.expected, [np.asarray(o) for o in tf.nest.flatten(loaded(c.x[0]))])
