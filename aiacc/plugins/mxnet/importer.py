@@ -5,9 +5,18 @@ One converter per MXNet op, registered with `@converter("OpName", ...)`. A conve
 the node's visible outputs, or None to leave the node opaque: an op aiacc does not know, or an attribute
 combination it does not translate, becomes a node in the domain "mxnet" carrying the original JSON node
 (op, name, attributes), so the exporter writes it back unchanged, and an MXNet kernel so the reference
-executor can still run it.
+executor can still run it. Its output types come from MXNet's own inference on the whole symbol (see
+aiacc.plugins.mxnet.opaque), so ops with several outputs or states (RNN) and shapes MXNet infers backwards
+(the `_zeros(shape=(1, 0, H))` begin states of Gluon RNN layers) are typed.
 
-Inference semantics: BatchNorm uses its moving statistics, Dropout is the identity.
+The import never stops on a construct it does not understand: a converter that gives up part-way has its
+nodes removed and the node stays opaque; one that rejects an attribute or shape MXNet itself accepts
+leaves the node opaque with a warning (if MXNet rejects it too, the aiacc error naming the node stands).
+Converters whose IR the exporter can lower only with static shapes keep the node opaque without them.
+The converters of less common ops live in importer_ops.
+
+Inference semantics: BatchNorm uses its moving statistics, Dropout is the identity, loss heads
+(SoftmaxOutput, MakeLoss, regression outputs) compute their forward.
 """
 from __future__ import annotations
 
