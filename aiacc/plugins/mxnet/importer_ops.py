@@ -624,3 +624,34 @@ def _arange_like(ctx: Ctx):
     repeat = ctx.int("repeat", 1) or 1
     values = ctx.float("start", 0.0) + ctx.float("step", 1.0) * (np.arange(n) // repeat)
     return ctx.constant("value", values.reshape(shape).astype(np.float32))
+
+
+# -- sequence ops without lengths (a sequence_length input makes them data-dependent: opaque) -------------
+
+@converter("SequenceMask")
+def _sequence_mask(ctx: Ctx):
+    if ctx.bool("use_sequence_length", False):
+        return None
+    return ctx.op("Identity", ctx.inputs[0])  # every step is within the (full) length
+
+
+@converter("SequenceLast")
+def _sequence_last(ctx: Ctx):
+    if ctx.bool("use_sequence_length", False) or ctx.static(0) is None:
+        return None
+    axis = ctx.int("axis", 0) % len(ctx.static(0))
+    last = ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", [-1]), ctx.ints("ends", [_BIG]), ctx.ints("axes", [axis]))
+    return ctx.op("Squeeze", last, ctx.ints("axes", [axis]))
+
+
+@converter("SequenceReverse")
+def _sequence_reverse(ctx: Ctx):
+    if ctx.bool("use_sequence_length", False) or ctx.static(0) is None:
+        return None
+    return ctx.op("Slice", ctx.inputs[0], ctx.ints("starts", [-1]), ctx.ints("ends", [-_BIG]), ctx.ints("axes", [0]),
+                  ctx.ints("steps", [-1]))
+
+
+@converter("shape_array")
+def _shape_array(ctx: Ctx):
+    return ctx.op("Shape", ctx.inputs[0])  # both int64

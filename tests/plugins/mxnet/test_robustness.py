@@ -155,6 +155,8 @@ TRANSLATED = {
                                                                                            fix_gamma=False).sum(axis=1),
                                 {"x": (2, 4, 3, 3), "z": (2, 3, 4)}),
     "div_sqrt_dim": (lambda: S.contrib.div_sqrt_dim(X), {"x": (2, 4)}),
+    "sequence_ops": (lambda: S.Group([S.SequenceLast(X), S.SequenceLast(X, axis=1), S.SequenceReverse(X),
+                                      S.SequenceMask(X), S.shape_array(X)]), {"x": (5, 2, 3)}),
     "arange_like": (lambda: S.broadcast_add(X, S.contrib.arange_like(X, axis=1)) + S.contrib.arange_like(X, repeat=3)
                     + S.broadcast_mul(X, S.contrib.arange_like(X, start=1.5, step=2.0, repeat=2, axis=1)),
                     {"x": (2, 5)}),
@@ -201,15 +203,19 @@ OPAQUE = {
                                  ["_contrib_AdaptiveAvgPooling2D"]),
     "bilinear_resize_by_scale": (lambda: S.contrib.BilinearResize2D(X, scale_height=2.0, scale_width=1.5),
                                  {"x": (2, 3, 4, 6)}, ["_contrib_BilinearResize2D"]),
-    "sequence_ops": (lambda: S.SequenceLast(X) + S.SequenceReverse(X).sum(axis=0), {"x": (5, 2, 3)},
-                     ["SequenceLast", "SequenceReverse"]),
+    "sequence_ops_with_lengths": (lambda: S.SequenceLast(X, S.var("n"), use_sequence_length=True)
+                                  + S.SequenceReverse(X, S.var("n"), use_sequence_length=True).sum(axis=0)
+                                  + S.SequenceMask(X, S.var("n"), use_sequence_length=True).sum(axis=0),
+                                  {"x": (5, 2, 3), "n": (2,)}, ["SequenceLast", "SequenceReverse", "SequenceMask"]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(OPAQUE))
 def test_opaque_op_round_trips(name, tmp_path):
     fn, shapes, opaque = OPAQUE[name]
-    model, feeds = _triple(fn(), shapes, ints={"m": 2})
+    model, feeds = _triple(fn(), shapes, ints={"m": 2, "n": 6})
+    if "n" in feeds:
+        feeds["n"] = np.maximum(feeds["n"], 1)  # sequence lengths
     check(model, feeds, tmp_path, opaque=opaque)
 
 
