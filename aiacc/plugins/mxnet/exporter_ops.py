@@ -58,7 +58,8 @@ def _pad(em: Emitter, node: Node) -> Ref:
     pads = const_value(_input(node, 1))
     value = const_value(_input(node, 2))
     axes = const_value(_input(node, 3))
-    if pads is None or (_input(node, 2) is not None and value is None) or (_input(node, 3) is not None and axes is None):
+    if pads is None or (_input(node, 2) is not None and value is None) \
+            or (_input(node, 3) is not None and axes is None):
         raise _fail(node, "computed pads have no MXNet form")
     pads = [int(p) for p in pads.reshape(-1)]
     axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes.reshape(-1)]

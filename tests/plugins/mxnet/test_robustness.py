@@ -100,7 +100,8 @@ TRANSLATED = {
     "pooling_global_max_sum": (lambda: S.Pooling(X, kernel=(1, 1), global_pool=True, pool_type="max")
                                + S.Pooling(X, kernel=(1, 1), global_pool=True, pool_type="sum"), {"x": F4}),
     "pooling_sum": (lambda: S.Pooling(X, kernel=(2, 2), stride=(2, 2), pad=(1, 1), pool_type="sum"), {"x": F4}),
-    "leaky_relu_variants": (lambda: S.LeakyReLU(X, act_type="leaky", slope=0.1) + S.LeakyReLU(X, act_type="elu", slope=0.7)
+    "leaky_relu_variants": (lambda: S.LeakyReLU(X, act_type="leaky", slope=0.1)
+                            + S.LeakyReLU(X, act_type="elu", slope=0.7)
                             + S.LeakyReLU(X, act_type="selu") + S.LeakyReLU(X, act_type="gelu")
                             + S.LeakyReLU(X, S.var("gm", shape=(3,)), act_type="prelu"), {"x": F4}),
     "activations": (lambda: S.Activation(X, act_type="softrelu") + S.Activation(X, act_type="softsign")
@@ -132,7 +133,8 @@ TRANSLATED = {
                    + S.min(X, axis=(0, 2), exclude=True, keepdims=True).sum(), {"x": (2, 3, 4)}),
     "softmaxes": (lambda: S.log_softmax(X, axis=1) + S.softmax(X, axis=-1, temperature=2.0)
                   + S.log_softmax(X, axis=-1, temperature=0.5) + S.SoftmaxActivation(X), {"x": (2, 3, 4)}),
-    "softmax_output": (lambda: S.SoftmaxOutput(X, name="so") + S.SoftmaxOutput(S.var("m"), multi_output=True).sum(axis=2),
+    "softmax_output": (lambda: S.SoftmaxOutput(X, name="so")
+                       + S.SoftmaxOutput(S.var("m"), multi_output=True).sum(axis=2),
                        {"x": (2, 5), "m": (2, 5, 3)}),
     "loss_heads": (lambda: S.MakeLoss(X * 2) + S.LinearRegressionOutput(X) + S.LogisticRegressionOutput(X)
                    + S.BlockGrad(X) + S.stop_gradient(X) + S.identity(X), {"x": (2, 3)}),
@@ -149,7 +151,8 @@ TRANSLATED = {
     "reshape_like_split_v2": (lambda: S.reshape_like(X, Y) + S.split_v2(X.reshape((3, 4)), indices_or_sections=(1, 3),
                                                                           axis=1)[1].tile(reps=(1, 2)),
                               {"x": (2, 6), "y": (3, 4)}),
-    "argmax_argmin": (lambda: S.argmax(X, axis=1) + S.argmin(X, axis=-1) + S.argmax(X, axis=1, keepdims=True).sum(axis=1),
+    "argmax_argmin": (lambda: S.argmax(X, axis=1) + S.argmin(X, axis=-1)
+                      + S.argmax(X, axis=1, keepdims=True).sum(axis=1),
                       {"x": (2, 5)}),
     "lrn_batchnorm_last_axis": (lambda: S.LRN(X, nsize=3).mean(axis=(2, 3)) + S.BatchNorm(S.var("z"), axis=-1,
                                                                                            fix_gamma=False).sum(axis=1),
@@ -562,3 +565,39 @@ def test_attribute_neither_aiacc_nor_mxnet_reads_is_named(tmp_path):
     with pytest.raises(ParseError, match=r"node 'poolZ' \(Pooling\): attribute kernel=.*not an integer"):
         (tmp_path / "m-symbol.json").write_text(json.dumps(doc))
         plugin.trace(str(tmp_path / "m-symbol.json"), [np.zeros((1, 1, 4, 4), "float32")])
+
+
+# -- random compositions: whatever the mix, optimize() succeeds and reproduces MXNet ------------------------
+
+_CHAIN = [
+    lambda h: S.relu(h), lambda h: S.log_softmax(h, axis=1),
+    lambda h: S.broadcast_add(S.sum(h, axis=1, keepdims=True), h),
+    lambda h: S.broadcast_mul(S.mean(h, axis=0, exclude=True, keepdims=True), h),
+    lambda h: S.L2Normalization(h, mode="instance"),
+    lambda h: S.expand_dims(h, axis=1).squeeze(axis=1), lambda h: S.SwapAxis(h, dim1=0, dim2=1).transpose(),
+    lambda h: S.stack(h, h, axis=-1).sum(axis=-1), lambda h: S.reverse(h, axis=1), lambda h: S.broadcast_like(h, h),
+    lambda h: S.where(h > 0, h, -h), lambda h: S.zeros_like(h) + h, lambda h: S.reshape(h, shape=(0, -1)),
+    lambda h: S.clip(h, -1, 1), lambda h: S.hard_sigmoid(h), lambda h: S.smooth_l1(h, scalar=1.0),
+    lambda h: S.broadcast_add(S.topk(h, k=1, axis=1, ret_typ="value"), h), lambda h: S.MakeLoss(h),
+    lambda h: S.slice(h, begin=(None, None), end=(None, None), step=(None, -1)),
+    lambda h: S.broadcast_add(S.argmax(h, axis=1, keepdims=True), h),
+    lambda h: S.tile(h, reps=(1, 2)).slice_axis(axis=1, begin=0, end=3),
+]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_op_chains(seed):
+    """Chains of translated and opaque ops, half of them behind a data-dependent shape (boolean_mask)."""
+    import random
+
+    rng = random.Random(seed)
+    h = S.contrib.boolean_mask(X, S.var("m")) if seed % 2 == 0 else X
+    for _ in range(rng.randint(3, 6)):
+        h = _CHAIN[rng.randrange(len(_CHAIN))](h)
+    feeds = {"x": np.random.default_rng(seed).standard_normal((4, 3)).astype("float32")}
+    if seed % 2 == 0:
+        feeds["m"] = np.array([1, 0, 1, 1], "float32")
+    model = (h, {}, {})
+    expected = T.run(model, feeds)
+    for backend in ("native", "onnxruntime"):
+        _same(T.run(aiacc.optimize(model, feeds, backend=backend), feeds), expected, backend)
