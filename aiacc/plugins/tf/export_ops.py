@@ -345,6 +345,19 @@ def _avgpool(ex, node):
     if isinstance(padding, list) and not node.attr("count_include_pad"):
         raise UnsupportedError(f"node {node.name} (AveragePool): explicit pads that exclude the padding from the "
                                f"average and are not TF's SAME have no TF equivalent")
+    if padding == "SAME" and node.attr("count_include_pad"):
+        # TF's SAME averages over the valid window only; counting the zeros needs the padding made explicit
+        x_v = node.inputs[0]
+        pads = _ints(node, "pads", [0, 0, 0, 0])
+        if node.attr("auto_pad") in ("SAME_UPPER",):
+            sizes = None if x_v.shape is None else x_v.shape[2:]
+            if sizes is None or not all(isinstance(d, int) for d in sizes):
+                raise UnsupportedError(f"node {node.name} (AveragePool): SAME padding counted in the average needs "
+                                       f"static spatial sizes")
+            pads = _same_pads(sizes, kernel, strides, [1, 1])
+        x = tf().pad(ex.nhwc(x_v), [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])
+        ex.set(node.outputs[0], tf().nn.avg_pool2d(x, kernel, strides, "VALID"), True)
+        return
     x, padding = _pool_padding(ex, node, node.inputs[0], kernel, strides, 0.0)
     ex.set(node.outputs[0], tf().nn.avg_pool2d(x, kernel, strides, padding), True)
 

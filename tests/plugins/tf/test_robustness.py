@@ -123,6 +123,17 @@ def more_ops():
         [(2, 10, 10, 4), ((2, 5), "int32")]
 
 
+def pooling():
+    """NASNet's reduction cells: a zero-padded AveragePooling2D whose padding counts in the average (folded
+    into the pool at level 2 with pads equal to TF's SAME ones), next to SAME pools that exclude it."""
+    i = keras.Input((15, 15, 3))
+    y = L.Conv2D(4, 1)(i)
+    a = L.AveragePooling2D(3, strides=2)(L.ZeroPadding2D(1)(y))
+    b = L.AveragePooling2D(3, strides=2, padding="same")(y)
+    c = L.MaxPooling2D(3, strides=2)(L.ZeroPadding2D(1)(y))
+    return keras.Model(i, L.Concatenate()([a, b, c])), [(2, 15, 15, 3)]
+
+
 def dynamic_transformer():
     """Ids of any length: EinsumDense, causal mask and Tensordot reshapes on run-time sizes."""
     ids = keras.Input((None,), dtype="int32")
@@ -162,7 +173,7 @@ def control_flow():
     return f, [(3, 4)]
 
 
-BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention, more_ops,
+BUILDERS = {f.__name__: f for f in (unet, lstm_gru, seq1d, activations, spatial, merges, attention, more_ops, pooling,
                                     dynamic_transformer, dynamic_image, dynamic_rnn, control_flow)}
 # what each model keeps opaque (untranslatable TF ops); everything else must be translated
 OPAQUE = {"lstm_gru": {"tf::While"}, "merges": {"tf::Cumsum"},
