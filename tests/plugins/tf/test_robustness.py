@@ -239,6 +239,12 @@ def test_only_untranslatable_ops_stay_opaque(name, case):
     assert {n.qualified_op for n in g if n.is_opaque} == OPAQUE.get(name, set())
 
 
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_text_round_trip(name, case):
+    g = case(name).graph
+    assert parse(str(g), {k: v.const for k, v in g.initializers.items()}).equals(g)
+
+
 def test_translated_forms(case):
     ops = {name: collections.Counter(n.op for n in case(name).graph) for name in ("unet", "spatial", "seq1d")}
     assert ops["unet"]["ConvTranspose"] == 2
