@@ -8,6 +8,7 @@ back as numpy arrays that torch/TF/MXNet can wrap without a copy.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -78,16 +79,52 @@ class OrtGraphRunner:
         if not spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        for seg in self.segments:
-            if seg.graph is None:
-                self.sessions.append(None)
-                continue
-            proto = to_onnx(seg.graph)
-            self.sessions.append(ort.InferenceSession(proto.SerializeToString(), options,
-                                                      providers=self.providers))
+        self._ort, self._options, self._to_onnx = ort, options, to_onnx
+        self.fallback_nodes: list[str] = []  # nodes onnxruntime could not build, run on aiacc's kernels
+        segments, self.segments = self.segments, []
+        for seg in segments:
+            self._add_segment(seg)
         self.constants = {name: v.const for name, v in graph.initializers.items()}
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
+
+    def _session(self, graph: Graph):
+        """An onnxruntime session for a segment, or None when onnxruntime refuses it (e.g. no kernel for
+        an op at these dtypes)."""
+        try:
+            return self._ort.InferenceSession(self._to_onnx(graph).SerializeToString(), self._options,
+                                              providers=self.providers)
+        except Exception:  # onnxruntime raises its own exception types (NotImplemented, Fail, InvalidGraph)
+            return None
+
+    def _add_segment(self, seg: Segment) -> None:
+        """Append a segment with its session; a segment onnxruntime refuses is split so that only the
+        nodes it cannot build fall back to aiacc's reference kernels."""
+        if seg.graph is None:
+            self.segments.append(seg)
+            self.sessions.append(None)
+            return
+        sess = self._session(seg.graph)
+        if sess is not None:
+            self.segments.append(seg)
+            self.sessions.append(sess)
+            return
+        refused = set()
+        for node in seg.graph:
+            single = [s for s in partition(seg.graph, supported=lambda n, node=node: n is node) if s.graph]
+            if self._session(single[0].graph) is None:
+                refused.add(node.name)
+        if not refused:  # every node builds alone: the combination fails, so run each node on its own
+            refused = {n.name for n in seg.graph}
+        self.fallback_nodes += sorted(refused)
+        warnings.warn(f"onnxruntime cannot run node(s) {', '.join(sorted(refused))}; they run on aiacc's "
+                      f"reference kernels between onnxruntime segments", RuntimeWarning, stacklevel=3)
+        for sub in partition(seg.graph, supported=lambda n: n.name not in refused):
+            if sub.graph is None:
+                self.segments.append(sub)
+                self.sessions.append(None)
+            else:
+                self._add_segment(sub)
 
     @property
     def num_opaque(self) -> int:
@@ -104,5 +141,7 @@ class OrtGraphRunner:
             else:
                 node = seg.node
                 args = [None if v is None else (v.const if v.is_constant else env[v.name]) for v in node.inputs]
-                env.update(zip(seg.output_names, self.run_opaque(node, args)))
+                schema = node.schema
+                outs = schema.run(node, args) if schema is not None else self.run_opaque(node, args)
+                env.update(zip(seg.output_names, outs))
         return [env[name] if name in env else self.constants[name] for name in self.output_names]

@@ -95,3 +95,29 @@ def test_sessions_do_not_spin_or_pin_by_default():
     assert o.intra_op_num_threads == 1
     with pytest.raises(Exception):  # the entry is not set: onnxruntime's default (spin) applies
         o.get_session_config_entry("session.intra_op.allow_spinning")
+
+
+def test_nodes_onnxruntime_cannot_build_fall_back_to_reference_kernels():
+    """onnxruntime has no bool Where kernel: that node runs on aiacc's kernel, the rest in onnxruntime."""
+    import warnings
+
+    g = parse("""
+graph main(%c: bool[4], %a: bool[4], %b: bool[4], %x: float32[4]) {
+  %w: bool[4] = Where<where>(%c, %a, %b)
+  %n: bool[4] = Not<not>(%w)
+  %y: float32[4] = Relu<relu>(%x)
+  return %n, %y
+}
+""")
+    rng = np.random.default_rng(0)
+    feeds = {"c": rng.random(4) > 0.5, "a": rng.random(4) > 0.5, "b": rng.random(4) > 0.5,
+             "x": rng.standard_normal(4).astype(np.float32)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner = OrtGraphRunner(g)
+    assert runner.fallback_nodes == ["where"]
+    assert any("where" in str(w.message) for w in caught)
+    expected = run(g, feeds)
+    got = runner.run(feeds)
+    np.testing.assert_array_equal(got[0], expected["n"])
+    np.testing.assert_array_equal(got[1], expected["y"])
