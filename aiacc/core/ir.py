@@ -630,5 +630,18 @@ def topological_sort(graph: Graph) -> None:
         graph._link(n)
 
 
+def const_value(v: Value | None) -> np.ndarray | None:
+    """The value's data when it is known without running the graph: an initializer or the output of a
+    Constant node holding a tensor."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return v.const
+    p = v.producer
+    if p is not None and p.op == "Constant" and p.domain == "" and "value" in p.attrs:
+        return np.asarray(p.attrs["value"])
+    return None
+
+
 def iter_values(values: Iterable[Value | None]) -> Iterator[Value]:
     return (v for v in values if v is not None)

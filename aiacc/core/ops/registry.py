@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from aiacc.core.ir import Node, TensorType, type_of_array
+from aiacc.core.ir import Node, TensorType, const_value, type_of_array
 from aiacc.errors import AttributeError_, AiaccError, GraphError, ShapeError
 
 REQUIRED = object()  # default of an attribute that must be given
@@ -146,15 +146,7 @@ class InferContext:
 
     def const(self, i: int) -> np.ndarray | None:
         """The input's value when it is known at build time (an initializer or a Constant node's output)."""
-        v = self.node.inputs[i] if i < len(self.node.inputs) else None
-        if v is None:
-            return None
-        if v.const is not None:
-            return v.const
-        p = v.producer
-        if p is not None and p.op == "Constant" and p.domain == "" and "value" in p.attrs:
-            return np.asarray(p.attrs["value"])
-        return None
+        return const_value(self.node.inputs[i] if i < len(self.node.inputs) else None)
 
     def fail(self, message: str) -> ShapeError:
         """An error naming the node, its op and its input shapes."""

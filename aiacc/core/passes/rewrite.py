@@ -31,24 +31,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from aiacc.core.ir import Graph, Node, TensorType, Value
+from aiacc.core.ir import Graph, Node, TensorType, Value, const_value  # noqa: F401  (const_value re-exported)
 from aiacc.core.passes.manager import Pass, PassContext, MODES
 from aiacc.errors import AiaccError
 
 MAX_CANDIDATES = 16  # structural matches tried per pattern and node before giving up
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "And", "Or", "Xor", "Equal"}
-
-
-def const_value(v: Value | None) -> np.ndarray | None:
-    """The value's data when it is known at compile time (an initializer or a Constant node's output)."""
-    if v is None:
-        return None
-    if v.const is not None:
-        return v.const
-    p = v.producer
-    if p is not None and p.op == "Constant" and p.domain == "" and "value" in p.attrs:
-        return np.asarray(p.attrs["value"])
-    return None
 
 
 # ------------------------------------------------------------------------------------------------

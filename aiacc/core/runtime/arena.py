@@ -281,14 +281,7 @@ class ArenaInterpreter(Interpreter):
         self.plan = plan or plan_memory(graph, dims=dims)
         if self.plan.graph is not graph:
             raise AiaccError(f"the memory plan was made for graph {self.plan.graph.name}, not this graph")
-        self.nodes = list(self.plan.schedule)
-        self.last_use = {}
-        for pos, node in enumerate(self.nodes):
-            for v in node.inputs:
-                if v is not None:
-                    self.last_use[id(v)] = pos
-        for v in graph.outputs:
-            self.last_use[id(v)] = len(self.nodes)
+        self.set_schedule(self.plan.schedule)
         align = self.plan.alignment
         self._raw = np.empty(self.plan.arena_bytes + align, dtype=np.uint8)
         start = (-self._raw.ctypes.data) % align

@@ -51,14 +51,18 @@ class Interpreter:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.nodes = graph.nodes
+        self.set_schedule(graph.nodes)
+
+    def set_schedule(self, nodes: list[Node]) -> None:
+        """Run the nodes in this (topological) order; values are freed after their last use in it."""
+        self.nodes = list(nodes)
         # position of the last node that reads each value; graph outputs live to the end
         self.last_use: dict[int, int] = {}
         for pos, node in enumerate(self.nodes):
             for v in node.inputs:
                 if v is not None:
                     self.last_use[id(v)] = pos
-        for v in graph.outputs:
+        for v in self.graph.outputs:
             self.last_use[id(v)] = len(self.nodes)
 
     def run(self, inputs: Mapping[str, Any], *, validate: bool = True) -> dict[str, np.ndarray]:
