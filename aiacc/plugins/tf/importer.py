@@ -33,9 +33,10 @@ import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.ops import get_schema
-from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError
 from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
-from aiacc.plugins.tf.regions import contract, encode, find_regions, main_op, region_graph_def, region_kernel, topo_order
+from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, first_line, main_op, region_graph_def,
+                                      region_kernel, topo_order)
 
 TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
@@ -143,7 +144,7 @@ def _trace_keras(model: Any, candidates: list, pack) -> tuple[Any, list]:
             first_error = first_error or (specs, e)
     specs, e = first_error
     raise ShapeError(f"Keras model {model.name!r} cannot be called on inputs "
-                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
+                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {first_line(e)}") from None
 
 
 def concrete_function(model: Any, example_inputs: Any) -> Traced:
@@ -202,7 +203,7 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                     cf = model.get_concrete_function()
                 except Exception as e:  # the function's own code failed while tracing
                     raise ShapeError(f"tf.function {getattr(model, '__name__', '?')} cannot be traced on its "
-                                     f"input signature: {_first_line(e)}") from None
+                                     f"input signature: {first_line(e)}") from None
             elif examples is None:
                 raise UnsupportedError(f"tf.function {getattr(model, '__name__', '?')} has no input_signature: "
                                        f"pass example inputs")
@@ -212,7 +213,7 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                     cf = model.get_concrete_function(*specs)
                 except Exception as e:  # the function's own code failed while tracing
                     raise ShapeError(f"tf.function {getattr(model, '__name__', '?')} cannot be traced on inputs "
-                                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {_first_line(e)}") from None
+                                     f"{[(list(s.shape), s.dtype.name) for s in specs]}: {first_line(e)}") from None
         else:
             raise UnsupportedError(f"{type(model).__module__}.{type(model).__name__} is not a Keras model, "
                                    f"tf.Module with a tf.function __call__, tf.function or ConcreteFunction")
@@ -223,16 +224,12 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
         # keeps it as opaque regions instead of meeting the Switch/Merge/Enter/NextIteration cycles of lowering
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:  # TF raises a variety of errors for graphs it cannot freeze
-        raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {_first_line(e)}") from e
+        raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {first_line(e)}") from e
     if input_structure is None:
         args, kwargs = cf.structured_input_signature
         if args and not kwargs and any(not isinstance(a, tfm.TensorSpec) for a in args):
             input_structure = list(_index_structure(tuple(args)))
     return Traced(frozen, specs, cf.structured_outputs, input_structure)
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def import_model(model: Any, example_inputs: Any = None, *, name: str | None = None) -> Graph:
@@ -601,24 +598,7 @@ def rebuild_node(nd, in_dtypes: list[int], inputs: list, n_out: int) -> list:
 
 
 def _eager_kernel(nd, in_dtypes: list[int], n_out: int) -> Callable:
-    cache: dict = {}
-
-    def kernel(*arrays):
-        tfm = tf()
-        key = tuple((a.dtype.str, a.shape) for a in arrays)
-        fn = cache.get(key)
-        if fn is None:
-            specs = [tfm.TensorSpec(a.shape, tfm.as_dtype(a.dtype)) for a in arrays]
-            fn = tfm.function(lambda *xs: rebuild_node(nd, in_dtypes, list(xs), n_out),
-                              autograph=False).get_concrete_function(*specs)
-            cache[key] = fn
-        try:
-            outs = fn(*[tfm.constant(a) for a in arrays])
-        except Exception as e:  # a TF runtime error inside the opaque op
-            raise KernelError(f"TF op {nd.name} ({nd.op}) failed: {_first_line(e)}") from e
-        return [o.numpy() for o in outs]
-
-    return kernel
+    return eager_kernel(lambda xs: rebuild_node(nd, in_dtypes, xs, n_out), f"TF op {nd.name} ({nd.op})")
 
 
 # ------------------------------------------------------------------------------------------ symbolic shapes

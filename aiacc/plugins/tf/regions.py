@@ -306,6 +306,12 @@ def rebuild_region(gd, inputs: list, output_names: list[str], scope: str = "aiac
 
 def region_kernel(gd, output_names: list[str], label: str) -> Callable:
     """A numpy-level kernel running the region eagerly (one traced tf.function per input signature)."""
+    return eager_kernel(lambda xs: rebuild_region(gd, xs, output_names), f"TF region {label}")
+
+
+def eager_kernel(build: Callable[[list], list], what: str) -> Callable:
+    """A numpy-level kernel running `build(input tensors) -> output tensors` in a tf.function traced once per
+    input signature; a TF runtime error inside becomes a KernelError naming `what`."""
     cache: dict = {}
 
     def kernel(*arrays):
@@ -314,17 +320,20 @@ def region_kernel(gd, output_names: list[str], label: str) -> Callable:
         fn = cache.get(key)
         if fn is None:
             specs = [tfm.TensorSpec(a.shape, tfm.as_dtype(a.dtype)) for a in arrays]
-            fn = tfm.function(lambda *xs: rebuild_region(gd, list(xs), output_names),
-                              autograph=False).get_concrete_function(*specs)
+            fn = tfm.function(lambda *xs: build(list(xs)), autograph=False).get_concrete_function(*specs)
             cache[key] = fn
         try:
             outs = fn(*[tfm.constant(a) for a in arrays])
-        except Exception as e:  # a TF runtime error inside the region
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise KernelError(f"TF region {label} failed: {first}") from e
+        except Exception as e:  # a TF runtime error inside the op or region
+            raise KernelError(f"{what} failed: {first_line(e)}") from e
         return [o.numpy() for o in outs]
 
     return kernel
+
+
+def first_line(e: Exception) -> str:
+    """The first line of an exception's message (its type name when the message is empty)."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def main_op(region: list):
