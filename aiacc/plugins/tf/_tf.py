@@ -37,3 +37,14 @@ def tf_shape(shape: Any) -> tuple | None:
     tfm = tf()
     shape = tfm.TensorShape(shape)
     return None if shape.rank is None else tuple(shape.as_list())
+
+
+def same_pads(sizes, kernel, strides, dilations) -> list[int]:
+    """ONNX pads (all begins, then all ends) equal to TF's padding='SAME' for these spatial sizes."""
+    pads_b, pads_e = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads_b.append(total // 2)
+        pads_e.append(total - total // 2)
+    return pads_b + pads_e

@@ -6,7 +6,7 @@ import base64
 import numpy as np
 
 from aiacc.errors import UnsupportedError
-from aiacc.plugins.tf._tf import tf
+from aiacc.plugins.tf._tf import same_pads, tf
 from aiacc.plugins.tf.exporter import NCHW_AXIS_TO_NHWC, TO_NCHW, TO_NHWC, Emitter, const_to_nhwc, emits
 
 INT_MAX = 2 ** 63 - 1
@@ -224,16 +224,6 @@ def _prelu(ex, node):
 
 
 # ------------------------------------------------------------------------------------------ convolution
-def _same_pads(sizes, kernel, strides, dilations):
-    b, e = [], []
-    for n, k, s, d in zip(sizes, kernel, strides, dilations):
-        out = -(-n // s)
-        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
-        b.append(total // 2)
-        e.append(total - total // 2)
-    return b + e
-
-
 def _padding(node, x, kernel, strides, dilations):
     """'SAME', 'VALID' or a list of (begin, end) per spatial axis for an ONNX window op."""
     auto = node.attr("auto_pad") or "NOTSET"
@@ -248,7 +238,7 @@ def _padding(node, x, kernel, strides, dilations):
         return "VALID"
     sizes = None if x.shape is None else x.shape[2:]
     if sizes is not None and all(isinstance(s, int) for s in sizes) and \
-            pads == _same_pads(sizes, kernel, strides, dilations):
+            pads == same_pads(sizes, kernel, strides, dilations):
         return "SAME"
     n = len(kernel)
     return [(pads[i], pads[i + n]) for i in range(n)]
@@ -354,7 +344,7 @@ def _avgpool(ex, node):
             if sizes is None or not all(isinstance(d, int) for d in sizes):
                 raise UnsupportedError(f"node {node.name} (AveragePool): SAME padding counted in the average needs "
                                        f"static spatial sizes")
-            pads = _same_pads(sizes, kernel, strides, [1, 1])
+            pads = same_pads(sizes, kernel, strides, [1, 1])
         x = tf().pad(ex.nhwc(x_v), [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])
         ex.set(node.outputs[0], tf().nn.avg_pool2d(x, kernel, strides, "VALID"), True)
         return

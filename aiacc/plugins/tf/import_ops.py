@@ -9,7 +9,7 @@ import numpy as np
 
 from aiacc.core.ops import get_schema
 from aiacc.errors import UnsupportedError
-from aiacc.plugins.tf._tf import np_dtype_name, tf, tf_shape
+from aiacc.plugins.tf._tf import np_dtype_name, same_pads, tf, tf_shape
 from aiacc.plugins.tf.importer import (INT_MAX, NHWC_AXIS_TO_NCHW, TO_NCHW, Entry, GraphImporter,
                                        _Untranslatable, handles)
 
@@ -195,16 +195,6 @@ def _spatial(tfop, key, fmt):
     return v[1:3] if fmt == "NHWC" else v[2:4]
 
 
-def _same_pads(sizes, kernel, strides, dilations):
-    pads_b, pads_e = [], []
-    for n, k, s, d in zip(sizes, kernel, strides, dilations):
-        out = -(-n // s)
-        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
-        pads_b.append(total // 2)
-        pads_e.append(total - total // 2)
-    return pads_b + pads_e
-
-
 def _padding_attrs(imp, tfop, x, kernel, strides, dilations, fmt):
     """ONNX pads / auto_pad for TF's padding attribute."""
     padding = _attr(tfop, "padding")
@@ -218,7 +208,7 @@ def _padding_attrs(imp, tfop, x, kernel, strides, dilations, fmt):
     shape = imp.static_shape(x)
     sizes = None if shape is None else (shape[1:3] if fmt == "NHWC" else shape[2:4])
     if sizes is not None and all(isinstance(s, int) for s in sizes):
-        return {"pads": _same_pads(sizes, kernel, strides, dilations)}
+        return {"pads": same_pads(sizes, kernel, strides, dilations)}
     return {"auto_pad": "SAME_UPPER"}
 
 
