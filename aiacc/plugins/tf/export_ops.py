@@ -418,14 +418,21 @@ def _matmul(ex, node):
     ex.set(node.outputs[0], y)
 
 
-@emits("Gemm")
-def _gemm(ex, node):
+def _alpha_matmul(ex, node):
+    """alpha * A' B' of a Gemm-like node (transA/transB applied) and its beta."""
     tfm = tf()
     a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
     y = tfm.linalg.matmul(a, b, transpose_a=bool(node.attr("transA")), transpose_b=bool(node.attr("transB")))
     alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
     if alpha != 1.0:
         y = y * alpha
+    return y, beta
+
+
+@emits("Gemm")
+def _gemm(ex, node):
+    tfm = tf()
+    y, beta = _alpha_matmul(ex, node)
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         c = ex.const(node.inputs[2])
         if c is not None and beta == 1.0 and c.ndim == 1:
@@ -795,11 +802,7 @@ def _fused_conv(ex, node):
 def _fused_gemm(ex, node):
     """MatMul + BiasAdd + activation (Grappler fuses it into _FusedMatMul)."""
     tfm = tf()
-    a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
-    y = tfm.linalg.matmul(a, b, transpose_a=bool(node.attr("transA")), transpose_b=bool(node.attr("transB")))
-    alpha, beta = float(node.attr("alpha")), float(node.attr("beta"))
-    if alpha != 1.0:
-        y = y * alpha
+    y, beta = _alpha_matmul(ex, node)
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         c = ex.const(node.inputs[2])
         if c is not None and c.ndim == 1:
