@@ -653,13 +653,18 @@ def _tile(imp, tfop):
     return [Entry(imp.emit1("Tile", [imp.plain(x), imp.ints(reps, tfop.name + "_multiples")], name=tfop.name))]
 
 
+def _expand(imp, tfop, x, shape, cast_suffix):
+    """ONNX Expand of tensor `x` to the runtime shape tensor `shape` (cast to int64 when it is not)."""
+    sv = imp.plain(shape)
+    if sv.dtype != "int64":
+        sv = imp.emit1("Cast", [sv], {"to": "int64"}, name=tfop.name + cast_suffix)
+    return [Entry(imp.emit1("Expand", [imp.plain(x), sv], name=tfop.name))]
+
+
 @handles("Fill")
 def _fill(imp, tfop):
     dims, value = tfop.inputs
-    d = imp.plain(dims)
-    if d.dtype != "int64":
-        d = imp.emit1("Cast", [d], {"to": "int64"}, name=tfop.name + "_dims")
-    return [Entry(imp.emit1("Expand", [imp.plain(value), d], name=tfop.name))]
+    return _expand(imp, tfop, value, dims, "_dims")
 
 
 @handles("Range")
@@ -1067,10 +1072,7 @@ def _unpack(imp, tfop):
 @handles("BroadcastTo")
 def _broadcast_to(imp, tfop):
     x, s = tfop.inputs
-    sv = imp.plain(s)
-    if sv.dtype != "int64":
-        sv = imp.emit1("Cast", [sv], {"to": "int64"}, name=tfop.name + "_shape")
-    return [Entry(imp.emit1("Expand", [imp.plain(x), sv], name=tfop.name))]
+    return _expand(imp, tfop, x, s, "_shape")
 
 
 @handles("MatrixBandPart")
