@@ -1,5 +1,4 @@
 """aiacc.plugins.mxnet.horovod on 2 processes over gloo/loopback (the file is also the worker)."""
-import os
 import sys
 
 import numpy as np
@@ -89,13 +88,9 @@ def worker(out):
 
 
 def test_two_ranks_match_single_process_training(tmp_path):
-    from aiacc.plugins._dist_transport import launch_local
+    from tests.plugins._horovod_launch import run_two_ranks
 
-    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res = launch_local([__file__, str(tmp_path / "out")], 2, timeout=240, env=env)
-    for p in res:
-        assert p.returncode == 0, f"returncode {p.returncode} (None: killed at the timeout)\n{p.stdout[-1000:]}\n{p.stderr[-3000:]}"
-    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    r0, r1 = run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240)
     ref = [r0[f"ref/{i}"] for i in range(len([k for k in r0.files if k.startswith("ref/")]))]
     assert len(ref) == 4
     for label in ("aiacc", "fp16", "ddp"):

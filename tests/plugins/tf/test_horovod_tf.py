@@ -97,14 +97,10 @@ def worker(out):
 
 
 def test_two_ranks_match_single_process_training(tmp_path):
-    from aiacc.plugins._dist_transport import launch_local
+    from tests.plugins._horovod_launch import run_two_ranks
 
-    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    res = launch_local([__file__, str(tmp_path / "out")], 2, timeout=240, env=env)
-    for p in res:
-        assert p.returncode == 0, f"returncode {p.returncode} (None: killed at the timeout)\n{p.stdout[-1000:]}\n{p.stderr[-3000:]}"
-    r0, r1 = (np.load(tmp_path / f"out.{r}.npz") for r in range(2))
+    r0, r1 = run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240,
+                           env={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
     n = len([k for k in r0.files if k.startswith("ref-tape/")])
     assert n == 4
     ref_tape, ref_fit = ([r0[f"{kind}/{i}"] for i in range(n)] for kind in ("ref-tape", "ref-fit"))

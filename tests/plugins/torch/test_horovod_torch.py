@@ -120,20 +120,18 @@ def worker(mode, out):
 
 
 def _launch(mode, tmp_path, timeout=90, env=None):
-    from aiacc.plugins._dist_transport import launch_local
+    from tests.plugins._horovod_launch import launch
 
-    env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
-    return launch_local([__file__, mode, str(tmp_path / "out")], 2, timeout=timeout, env=env)
+    return launch(__file__, [mode, str(tmp_path / "out")], timeout, env)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One 2-rank launch: training with several plans, then the parameter-mismatch check."""
     tmp_path = tmp_path_factory.mktemp("train")
-    res = _launch("train", tmp_path, timeout=240)
-    for p in res:
-        assert p.returncode == 0, f"returncode {p.returncode} (None: killed at the timeout)\n{p.stdout[-1000:]}\n{p.stderr[-3000:]}"
-    return [np.load(tmp_path / f"out.{r}.npz") for r in range(2)]
+    from tests.plugins._horovod_launch import run_two_ranks
+
+    return run_two_ranks(__file__, ["train", str(tmp_path / "out")], tmp_path / "out", timeout=240)
 
 
 def test_two_ranks_match_single_process_training(trained):
