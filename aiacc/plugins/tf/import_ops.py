@@ -505,13 +505,18 @@ def _transpose(imp, tfop):
     return [Entry(imp.transpose(e.value, perm))]
 
 
+def _int64_as(imp, tfop, y, attr):
+    """The int64 result `y` of an ONNX op cast to the TF op's integer output dtype (its `attr`), if that differs."""
+    to = np_dtype_name(tfop.get_attr(attr), tfop.name)
+    if to != "int64":
+        y = imp.emit1("Cast", [y], {"to": to}, name=tfop.name + "_cast")
+    return y
+
+
 @handles("Shape")
 def _shape(imp, tfop):
     y = imp.emit1("Shape", [imp.plain(tfop.inputs[0])], name=tfop.name)
-    to = np_dtype_name(tfop.get_attr("out_type"), tfop.name)
-    if to != "int64":
-        y = imp.emit1("Cast", [y], {"to": to}, name=tfop.name + "_cast")
-    return [Entry(y)]
+    return [Entry(_int64_as(imp, tfop, y, "out_type"))]
 
 
 @handles("ConcatV2")
@@ -989,10 +994,7 @@ def _arg_max(imp, tfop):
         return None
     axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0]) % rank
     y = imp.emit1(tfop.type, [imp.plain(x)], {"axis": axis, "keepdims": 0}, name=tfop.name)
-    to = np_dtype_name(tfop.get_attr("output_type"), tfop.name)
-    if to != "int64":
-        y = imp.emit1("Cast", [y], {"to": to}, name=tfop.name + "_cast")
-    return [Entry(y)]
+    return [Entry(_int64_as(imp, tfop, y, "output_type"))]
 
 
 # ------------------------------------------------------------------------------------------ more shapes
