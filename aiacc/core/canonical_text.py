@@ -25,27 +25,14 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
+from aiacc.core.text import format_scalar
 
 INLINE_INT_LIMIT = 16
 
 
-def _float(x: float) -> str:
-    f = float(x)
-    if np.isnan(f):
-        return "nan"
-    if np.isinf(f):
-        return "inf" if f > 0 else "-inf"
-    return format(f, ".6g")
-
-
 def _scalar(x: Any) -> str:
-    if isinstance(x, (bool, np.bool_)):
-        return "true" if x else "false"
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        return _float(x)
-    return '"' + str(x) + '"'
+    # float32 precision, so the same attribute read from float32 and float64 sources prints alike
+    return format_scalar(x, ".6g")
 
 
 def _attr(value: Any) -> str:

@@ -48,33 +48,40 @@ def format_type(t: TensorType | None) -> str:
     return f"{dtype}[{dims}]"
 
 
-def _scalar(x: Any) -> str:
+def format_float(f: float, digits: str = "r") -> str:
+    """A float as text: nan, inf, -inf, else repr (round-trips exactly) or format(f, digits)."""
+    f = float(f)
+    if math.isnan(f):
+        return "nan"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return repr(f) if digits == "r" else format(f, digits)
+
+
+def format_scalar(x: Any, digits: str = "r") -> str:
+    """One attribute or constant element as text (floats via `format_float` with `digits`)."""
     if isinstance(x, (bool, np.bool_)):
         return "true" if x else "false"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     if isinstance(x, (float, np.floating)):
-        f = float(x)
-        if math.isnan(f):
-            return "nan"
-        if math.isinf(f):
-            return "inf" if f > 0 else "-inf"
-        return repr(f)
+        return format_float(x, digits)
     if isinstance(x, (complex, np.complexfloating)):
         raise ParseError("complex constants have no text form")
     return json.dumps(str(x))
 
 
+
 def _flat(array: np.ndarray) -> str:
-    return "[" + ", ".join(_scalar(x) for x in array.reshape(-1).tolist()) + "]"
+    return "[" + ", ".join(format_scalar(x) for x in array.reshape(-1).tolist()) + "]"
 
 
 def format_attr(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"tensor<{format_type(TensorType(value.dtype.name, value.shape))}>{_flat(value)}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_scalar(x) for x in value) + "]"
-    return _scalar(value)
+        return "[" + ", ".join(format_scalar(x) for x in value) + "]"
+    return format_scalar(value)
 
 
 def _typed(v) -> str:
