@@ -263,7 +263,9 @@ class PlanExecutor:
                 off += piece.numel
             self.slots.append(slots)
         self.sizes = [b.numel for b in self.buckets]
-        self.missing = [len({p.grad for p in b.pieces}) for b in self.buckets]
+        # readiness is counted in pieces, not gradients: one gradient may be cut into several pieces of
+        # the same bucket, and each piece is copied in (and counted down) once
+        self.pieces = [len(b.pieces) for b in self.buckets]
         self.flats: list[torch.Tensor | None] = [None] * len(self.buckets)
         self.homes: dict[str, torch.Tensor] = {}
         self.world = dist.get_world_size() if dist.is_initialized() else 1
@@ -272,9 +274,10 @@ class PlanExecutor:
 
     def reset(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
-        self.left = list(self.missing)
+        self.left = list(self.pieces)  # pieces of each bucket not yet copied in this step
         self.next = 0  # next bucket (issue order) to start
         self.works: list[tuple[int, torch.Tensor, Any]] = []
+        self.reduced = [0] * len(self.buckets)  # all-reduces finished per bucket this step (must end at 1)
 
     def _flat(self, pos: int, like: torch.Tensor) -> torch.Tensor:
         flat = self.flats[pos]
@@ -317,6 +320,9 @@ class PlanExecutor:
                     else:
                         torch.mul(src, scale, out=dst)
                 self.left[pos] -= 1
+                if self.left[pos] < 0:  # an invariant: a bug here would reduce a bucket twice or never
+                    raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) received more pieces "
+                                    f"than the plan gives it (gradient {name})")
         self.tensors[name] = home
         self._launch()
         return home
@@ -345,9 +351,11 @@ class PlanExecutor:
             for name, n in self.numel.items():
                 if name not in self.tensors:
                     self.ready(name, fill_missing(name) if fill_missing else torch.zeros(n))
+        self._check_started()
         with torch.no_grad():
             for pos, wire, work in self.works:
                 collective(lambda: f"all-reduce of bucket {pos} ({self._names(self.buckets[pos])})", work.wait)
+                self.reduced[pos] += 1
                 flat = self.flats[pos]
                 if wire is not flat:
                     flat.copy_(wire)
@@ -363,9 +371,26 @@ class PlanExecutor:
                             tmp = dst.reshape(-1).clone()
                             tmp[slot.start:slot.stop].copy_(src)
                             dst.copy_(tmp.view_as(dst))
+        bad = [pos for pos, n in enumerate(self.reduced) if n != 1]
+        if bad:
+            pos = bad[0]
+            raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) was all-reduced "
+                            f"{self.reduced[pos]} times in this step, not once")
         out = self.tensors
         self.reset()
         return out
+
+    def _check_started(self) -> None:
+        """Every gradient is in: every piece of every bucket must have been copied in exactly once and
+        every bucket started once, else the step would end with a gradient not reduced."""
+        for pos, left in enumerate(self.left):
+            if left != 0:
+                raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) is missing {left} of its "
+                                f"{self.pieces[pos]} pieces at the end of the step")
+        started = [pos for pos, _, _ in self.works]
+        if started != list(range(len(self.buckets))):
+            raise CommError(f"the step started all-reduces of buckets {started}, expected each of the "
+                            f"{len(self.buckets)} buckets once, in issue order")
 
 
 def allreduce_arrays(named: Sequence[tuple[str, np.ndarray]], *, plan: str | Plan = "aiacc",
