@@ -278,8 +278,13 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
             x = tfm.pad(x, [[0, 0], explicit[2:4], explicit[4:6], [0, 0]])
             padding, explicit = "VALID", []
         filt = tfm.constant(np.ascontiguousarray(w.reshape(group, mult, kh, kw).transpose(2, 3, 0, 1)))
-        y = tfm.raw_ops.DepthwiseConv2dNative(input=x, filter=filt, strides=st, padding=padding,
-                                              explicit_paddings=explicit, data_format="NHWC", dilations=dl)
+        if dilations != [1, 1] and strides == [1, 1]:
+            # TF's CPU DepthwiseConv2dNative kernel refuses dilations (without oneDNN); tf.nn's wrapper
+            # runs a dilated depthwise conv as space_to_batch + conv + batch_to_space, as Keras does
+            y = tfm.nn.depthwise_conv2d(x, filt, st, padding, dilations=dilations, data_format="NHWC")
+        else:
+            y = tfm.raw_ops.DepthwiseConv2dNative(input=x, filter=filt, strides=st, padding=padding,
+                                                  explicit_paddings=explicit, data_format="NHWC", dilations=dl)
     else:  # grouped: one Conv2D per group
         xs = tfm.split(x, group, axis=3)
         ws = np.split(w, group, axis=0)
