@@ -8,6 +8,9 @@ the IR maintains those lists itself, so `replace_all_uses_with` and `erase` cost
 Node semantics come from the op registry (`aiacc.core.ops`): ONNX semantics for the default domain "",
 aiacc's fused ops in the domain "aiacc". A node whose (domain, op) the registry does not know is *opaque*:
 it is kept with its attributes, and may carry the framework's own payload in `node.meta` (never printed).
+
+The IR does not import the op registry (the registry imports the IR): `aiacc.core.ops` hands the IR its
+schema lookup and shape inference at import with `use_registry` (the `aiacc.core` package imports it).
 """
 from __future__ import annotations
 
@@ -17,9 +20,25 @@ from typing import Any, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 
-from aiacc.errors import GraphError
+from aiacc.errors import GraphError, ShapeError
 
 Dim = Union[int, str, None]  # a concrete size, a symbol such as "N", or unknown
+
+
+def _registry_missing(*args: Any) -> Any:
+    raise GraphError("the op registry is not loaded: import aiacc.core (or aiacc.core.ops) before building graphs")
+
+
+# injected by aiacc.core.ops (see use_registry): (op, domain) -> schema | None, and node -> output types
+_get_schema: Any = _registry_missing
+_infer_node: Any = _registry_missing
+
+
+def use_registry(get_schema: Any, infer_node: Any) -> None:
+    """Give the IR the op registry's schema lookup `get_schema(op, domain)` and shape inference
+    `infer_node(node) -> [TensorType | None]` (called once by aiacc.core.ops at import)."""
+    global _get_schema, _infer_node
+    _get_schema, _infer_node = get_schema, infer_node
 
 
 @dataclass(frozen=True)
@@ -77,11 +96,12 @@ def type_of_array(array: np.ndarray) -> TensorType:
 class Value:
     """One SSA value. Defined by exactly one of: a node output, a graph input, an initializer."""
 
-    __slots__ = ("_name", "type", "producer", "index", "uses", "graph", "const", "__weakref__")
+    __slots__ = ("_name", "type", "producer", "index", "uses", "graph", "const", "_seq", "__weakref__")
 
     def __init__(self, graph: "Graph", name: str, type: TensorType | None = None):
         self.graph = graph
         self._name = name
+        self._seq = next(graph._serial)  # creation order, for Graph.rollback
         self.type = type
         self.producer: Node | None = None  # None for graph inputs and initializers
         self.index = 0  # output index in the producer
@@ -143,7 +163,7 @@ class Node:
     """One operation: op type, domain, inputs (None for an omitted optional input), outputs, attributes."""
 
     __slots__ = ("op", "domain", "name", "attrs", "_inputs", "outputs", "graph", "meta", "_prev", "_next",
-                 "_erased", "__weakref__")
+                 "_erased", "_seq", "__weakref__")
 
     def __init__(self, graph: "Graph", op: str, domain: str, name: str, attrs: dict[str, Any]):
         self.graph = graph
@@ -157,6 +177,12 @@ class Node:
         self._prev: Node | None = None
         self._next: Node | None = None
         self._erased = False
+        self._seq = next(graph._serial)  # creation order, for Graph.rollback
+
+    @property
+    def erased(self) -> bool:
+        """True once the node has been erased from its graph (a pass holding a stale list checks it)."""
+        return self._erased
 
     @property
     def inputs(self) -> tuple[Value | None, ...]:
@@ -175,9 +201,7 @@ class Node:
 
     @property
     def schema(self):
-        from aiacc.core.ops import get_schema
-
-        return get_schema(self.op, self.domain)
+        return _get_schema(self.op, self.domain)
 
     @property
     def is_opaque(self) -> bool:
@@ -201,6 +225,16 @@ class Node:
     def append_input(self, value: Value | None) -> None:
         self._inputs.append(None)
         self.set_input(len(self._inputs) - 1, value)
+
+    def remove_input(self, i: int) -> None:
+        """Delete input position i; the inputs after it move one position down."""
+        if not -len(self._inputs) <= i < len(self._inputs):
+            raise GraphError(f"node {self.name} ({self.qualified_op}) has no input {i}")
+        i %= len(self._inputs)
+        rest = self._inputs[i + 1:]
+        self.truncate_inputs(i)
+        for v in rest:
+            self.append_input(v)
 
     def truncate_inputs(self, n: int) -> None:
         """Drop every input from position n on."""
@@ -239,6 +273,14 @@ def _remove_use(value: Value, node: Node, index: int) -> None:
     raise GraphError(f"use-def list of %{value.name} lacks ({node.name}, {index})")
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A point in a graph's history (from Graph.checkpoint()); rollback returns to it."""
+
+    seq: int
+    n_outputs: int
+
+
 class _Root:
     """Sentinel of the circular node list."""
 
@@ -259,6 +301,7 @@ class Graph:
         self._values: dict[str, Value] = {}
         self._node_names: set[str] = set()
         self._counter = itertools.count()
+        self._serial = itertools.count()  # creation order of values and nodes (checkpoint/rollback)
         self._root = _Root()
         self._root._prev = self._root._next = self._root
         self._len = 0
@@ -309,6 +352,10 @@ class Graph:
     def has_value(self, name: str) -> bool:
         return name in self._values
 
+    def has_node_name(self, name: str) -> bool:
+        """True when a node of this graph is called `name`."""
+        return name in self._node_names
+
     def values(self) -> Iterator[Value]:
         return iter(self._values.values())
 
@@ -320,6 +367,24 @@ class Graph:
             raise GraphError(f"graph input name {name!r} is already used")
         self.inputs.append(v)
         return v
+
+    def add_untyped_input(self, name: str) -> Value:
+        """Append a graph input whose type is unknown (not even its dtype): `type` is None."""
+        v = self._new_value(name, None)
+        if v.name != name:
+            raise GraphError(f"graph input name {name!r} is already used")
+        self.inputs.append(v)
+        return v
+
+    def remove_input(self, value: Value) -> None:
+        """Remove a graph input nothing reads any more."""
+        if not any(v is value for v in self.inputs):
+            raise GraphError(f"%{value.name} is not an input of graph {self.name}")
+        if value.uses or value.is_graph_output:
+            users = ", ".join(n.name for n in value.users()) or "the graph outputs"
+            raise GraphError(f"cannot remove graph input %{value.name}: it is still used by {users}")
+        self.inputs = [v for v in self.inputs if v is not value]
+        del self._values[value.name]
 
     def add_initializer(self, name: str, array: Any) -> Value:
         """Add a constant held as a numpy array; returns its value (a fresh name if `name` is taken)."""
@@ -352,10 +417,30 @@ class Graph:
             node.outputs.append(v)
         self._link(node, before=before, after=after)
         if infer and output_types is None and node.schema is not None:
-            from aiacc.core.ops import infer_node
-
-            for v, t in zip(node.outputs, infer_node(node)):
+            for v, t in zip(node.outputs, _infer_node(node)):
                 v.type = t
+        return node
+
+    def add_opaque(self, op: str, inputs: Sequence[Value | None] = (), *, domain: str, name: str | None = None,
+                   outputs: int | Sequence[str] = 1, output_types: Sequence[TensorType | None] | None = None,
+                   attrs: dict[str, Any] | None = None, meta: dict[str, Any] | None = None) -> Node:
+        """Add, at the end, an opaque node: an op of a framework's own domain ("torch", "tf", "mxnet",
+        "caffe") that the IR keeps as it is. `attrs` are printed and serialized (keep them small and
+        plain); `meta` carries the framework's payload (its callable or definition, and the reference
+        executor's numpy "kernel"). Output types are never inferred: give `output_types` (None entries
+        for unknown ones, None for all unknown)."""
+        if not domain or domain == "aiacc":
+            raise GraphError(f"opaque node {name or op}: give the framework's own domain, not {domain!r}")
+        if _get_schema(op, domain) is not None:
+            raise GraphError(f"node {name or op}: {domain}::{op} is an op the IR knows, so it cannot be opaque")
+        n_out = outputs if isinstance(outputs, int) else len(outputs)
+        if output_types is not None and len(output_types) != n_out:
+            raise GraphError(f"opaque node {name or op} ({domain}::{op}): {n_out} outputs but "
+                             f"{len(output_types)} output types")
+        node = self.add_node(op, inputs, attrs, domain=domain, name=name, outputs=outputs,
+                             output_types=output_types, infer=False)
+        if meta:
+            node.meta.update(meta)
         return node
 
     def op(self, op: str, *inputs: Value | None, name: str | None = None, domain: str = "",
@@ -365,6 +450,46 @@ class Graph:
 
     def add_output(self, value: Value) -> None:
         self.outputs.append(value)
+
+    # -- undo --------------------------------------------------------------------------------------
+    def checkpoint(self) -> "Checkpoint":
+        """A token for `rollback`: the point to return to. O(1)."""
+        return Checkpoint(next(self._serial), len(self.outputs))
+
+    def rollback(self, token: "Checkpoint") -> list[Value]:
+        """Undo everything added since `token`: the nodes (erased from the last), the initializers and
+        graph inputs, and the graph outputs appended. For an importer whose translation of one framework
+        op gave up halfway. Returns the initializers and graph inputs removed (so the caller can drop
+        its own records of them). Raises GraphError if something older still reads a new value."""
+        if not isinstance(token, Checkpoint):
+            raise GraphError(f"rollback takes a token from Graph.checkpoint(), not {type(token).__name__}")
+        del self.outputs[token.n_outputs:]
+        for node in reversed([n for n in self if n._seq > token.seq]):
+            self.erase(node)
+        removed = [v for v in self._values.values() if v._seq > token.seq]
+        for v in removed:
+            if v.uses or v.is_graph_output:
+                users = ", ".join(n.name for n in v.users()) or "the graph outputs"
+                raise GraphError(f"cannot roll back %{v.name}: it is read by {users}, added before the checkpoint")
+        for v in removed:
+            if v.const is not None:
+                self.remove_initializer(v)
+            else:
+                self.remove_input(v)
+        return removed
+
+    # -- order ---------------------------------------------------------------------------------------
+    @property
+    def first_node(self) -> Node | None:
+        """The first node of the schedule (None for an empty graph)."""
+        n = self._root._next
+        return None if n is self._root else n
+
+    @property
+    def last_node(self) -> Node | None:
+        """The last node of the schedule (None for an empty graph)."""
+        n = self._root._prev
+        return None if n is self._root else n
 
     def _link(self, node: Node, *, before: Node | None = None, after: Node | None = None) -> None:
         if before is not None and after is not None:
@@ -524,7 +649,7 @@ class Graph:
         g.doc = self.doc
         vmap: dict[int, Value] = {}
         for v in self.inputs:
-            vmap[id(v)] = g.add_input(v.name, v.dtype, v.shape) if v.type else g._input_untyped(v.name)
+            vmap[id(v)] = g.add_input(v.name, v.dtype, v.shape) if v.type else g.add_untyped_input(v.name)
         for name, v in self.initializers.items():
             nv = g.add_initializer(name, v.const)
             vmap[id(v)] = nv
@@ -543,11 +668,6 @@ class Graph:
             g._link(nn)
         g.outputs = [vmap[id(v)] for v in self.outputs]
         return g
-
-    def _input_untyped(self, name: str) -> Value:
-        v = self._new_value(name, None)
-        self.inputs.append(v)
-        return v
 
     def equals(self, other: "Graph") -> bool:
         """Structural equality: same text form and bit-identical constants."""
@@ -579,10 +699,7 @@ class Graph:
 def _check_types(node: Node) -> None:
     """Re-run shape inference: inputs that no longer fit the op raise (naming the node); recorded output
     types must agree with the inferred ones wherever both are known."""
-    from aiacc.core.ops import infer_node
-    from aiacc.errors import ShapeError
-
-    for v, t in zip(node.outputs, infer_node(node)):
+    for v, t in zip(node.outputs, _infer_node(node)):
         if t is None or v.type is None:
             continue
         if t.dtype and v.type.dtype and t.dtype != v.type.dtype:

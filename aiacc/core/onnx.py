@@ -23,6 +23,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops import get_schema, infer_node
+from aiacc.core.translate import decompose_fused  # noqa: F401  (re-exported: aiacc.core.onnx.decompose_fused)
 from aiacc.errors import AiaccError, ParseError, UnsupportedError
 
 MIN_EXPORT_OPSET = 18  # the registry follows opset-18 forms (Reduce axes as inputs, Split num_outputs...)
@@ -417,28 +418,6 @@ def _node_proto(node: Node) -> onnx.NodeProto:
     if node.meta.get("doc"):
         p.doc_string = node.meta["doc"]
     return p
-
-
-def decompose_fused(graph: Graph) -> tuple[Graph, int]:
-    """A copy of `graph` with every aiacc fused op that has a decomposition rewritten into standard ops
-    (the graph itself when there is none); returns (graph, number decomposed)."""
-    fused = [n for n in graph if n.domain == "aiacc"]
-    if not fused:
-        return graph, 0
-    try:
-        from aiacc.core.ops.fused import decompose
-    except ImportError:
-        return graph, 0
-    g = graph.copy()
-    count = 0
-    for n in list(g):
-        if n.domain == "aiacc":
-            try:
-                decompose(n, g)
-                count += 1
-            except AiaccError:
-                pass  # no decomposition: exported in the aiacc domain
-    return g, count
 
 
 def to_onnx(graph: Graph, *, opset: int | None = None, producer: str = "aiacc",

@@ -88,7 +88,7 @@ def from_dict(doc: dict[str, Any], arrays: dict[str, np.ndarray], where: str = "
         for i in doc["inputs"]:
             t = _untype(i["type"])
             if t is None:
-                g._input_untyped(i["name"])
+                g.add_untyped_input(i["name"])
             else:
                 g.add_input(i["name"], t.dtype, t.shape)
         for i in doc["initializers"]:

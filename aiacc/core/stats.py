@@ -178,7 +178,7 @@ def fused_flops(node: Node, bind: Mapping[str, int]) -> int | None:
         elif g.has_value(v.name):
             ins.append(g.value(v.name))
         elif v.type is None:
-            ins.append(g._input_untyped(v.name))
+            ins.append(g.add_untyped_input(v.name))
         else:
             ins.append(g.add_input(v.name, v.dtype, v.shape))
     try:

@@ -270,7 +270,7 @@ def parse(text: str, weights: dict[str, np.ndarray] | None = None) -> Graph:
             if g.has_value(name):
                 raise ParseError(f"line {line}: %{name} is defined twice")
             if t is None:
-                g._input_untyped(name)
+                g.add_untyped_input(name)
             else:
                 g.add_input(name, t.dtype, t.shape)
             if toks.accept(")"):
@@ -349,7 +349,7 @@ def parse(text: str, weights: dict[str, np.ndarray] | None = None) -> Graph:
                 if toks.accept("}"):
                     break
                 toks.expect(",")
-        if node_name in g._node_names:
+        if g.has_node_name(node_name):
             raise ParseError(f"line {line}: node name {node_name} is used twice")
         attrs = _coerce_attrs(get_schema(op, domain), attrs)
         all_typed = all(typed for _, _, typed in targets)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from aiacc.core import ir as _ir
 from aiacc.core.ir import Node, TensorType, const_value, type_of_array
 from aiacc.errors import AttributeError_, AiaccError, GraphError, ShapeError
 
@@ -231,3 +232,7 @@ def infer_by_running(ctx: InferContext) -> list[TensorType | None]:
         except Exception as e:
             raise ctx.fail(str(e)) from e
     return [type_of_array(o) for o in outs]
+
+
+# the IR asks the registry for schemas and shape inference through these (it does not import the registry)
+_ir.use_registry(get_schema, infer_node)
