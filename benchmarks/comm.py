@@ -127,7 +127,7 @@ def real(console: Console) -> None:
     import json
     import tempfile
 
-    from aiacc.plugins._dist_transport import launch_local
+    from aiacc.distributed.launch import launch_local
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")

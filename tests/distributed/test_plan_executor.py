@@ -35,7 +35,7 @@ def _named():
 
 
 def _executor(plan, named, **kw):
-    from aiacc.plugins._dist_transport import PlanExecutor
+    from aiacc.distributed.executor import PlanExecutor
 
     return PlanExecutor(plan, list(range(len(plan.buckets))), {n: p.numel() for n, p in named},
                         dtypes={n: p.dtype for n, p in named}, **kw)

@@ -6,7 +6,7 @@ import numpy as np
 
 def launch(script, args, timeout, env=None):
     """Run `script args...` as 2 ranks with the repository on PYTHONPATH (plus `env`); their CompletedProcess-likes."""
-    from aiacc.plugins._dist_transport import launch_local
+    from aiacc.distributed.launch import launch_local
 
     env = {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     return launch_local([script, *args], 2, timeout=timeout, env=env)

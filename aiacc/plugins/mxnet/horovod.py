@@ -17,19 +17,18 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.comm import CommError, Plan
-from aiacc.plugins import _dist_transport as transport
-from aiacc.plugins._dist_transport import barrier, init, local_rank, local_size, rank, shutdown, size
+from aiacc.distributed.compression import Average, Compression, Sum, check as _check_compression
+from aiacc.distributed.compression import is_average as _average
+from aiacc.distributed.process import barrier, init, local_rank, local_size, rank, require, shutdown, size
 from aiacc.plugins.mxnet._import import import_mxnet
 
 mx = import_mxnet()
 
-__all__ = ["Compression", "DistributedTrainer", "allreduce", "barrier", "broadcast_parameters", "init",
-           "local_rank", "local_size", "rank", "shutdown", "size"]
+__all__ = ["Average", "Compression", "DistributedTrainer", "Sum", "allreduce", "barrier", "broadcast_parameters",
+           "init", "local_rank", "local_size", "rank", "shutdown", "size"]
 
-
-class Compression:
-    none = "none"
-    fp16 = "fp16"
+# torch (the transport) is imported only where a function communicates: `import aiacc.plugins.mxnet.horovod`
+# does not need torch
 
 
 def _items(params) -> list[tuple[str, Any]]:
@@ -38,11 +37,14 @@ def _items(params) -> list[tuple[str, Any]]:
     return [(p.name, p) for p in params]
 
 
-def allreduce(tensor, average: bool = True, name: str | None = None, compression: str = Compression.none):
+def allreduce(tensor, average: bool | None = None, name: str | None = None,
+              compression: str = Compression.none, op: str | None = None):
     """The all-reduced (average by default) copy of an NDArray."""
-    transport._require()
-    out = transport.allreduce_arrays([(name or "tensor", tensor.asnumpy())], plan="per-tensor",
-                                     average=average, compression=compression)[0]
+    from aiacc.distributed.executor import allreduce_arrays
+
+    require()
+    out = allreduce_arrays([(name or "tensor", tensor.asnumpy())], plan="per-tensor",
+                           average=_average(average, op), compression=_check_compression(compression))[0]
     return mx.nd.array(out, dtype=out.dtype)
 
 
@@ -60,7 +62,9 @@ def broadcast_parameters(params, root_rank: int = 0) -> None:
         except Exception as e:  # deferred initialisation, not initialised
             raise CommError(f"parameter {name} has no value yet ({type(e).__name__}); initialise it (give "
                             f"in_units / run one forward) before broadcast_parameters") from e
-    values = transport.broadcast_arrays(arrays, root_rank, "parameter")
+    from aiacc.distributed.transport import broadcast_arrays
+
+    values = broadcast_arrays(arrays, root_rank, "parameter")
     for (name, p), v in zip(items, values):
         if isinstance(p, mx.nd.NDArray):
             p[:] = mx.nd.array(v, dtype=v.dtype)
@@ -73,16 +77,18 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, compression: str = Compression.none,
                  plan: str | Plan = "aiacc", **kw):
-        transport._require()
+        from aiacc.distributed.transport import check_same
+
+        require()
         kw.pop("kvstore", None)  # the reduction is ours; no kvstore
         super().__init__(params, optimizer, optimizer_params, kvstore=None, **kw)
-        self._aiacc_compression = compression
+        self._aiacc_compression = _check_compression(compression)
         self._aiacc_plan = plan
         self._aiacc_cache: dict = {}
         names = [f"{i}:{p.name}" for i, p in enumerate(self._params) if p.grad_req != "null"]
         shapes = [(n, tuple(p.shape), str(np.dtype(p.dtype))) for n, p in
                   zip(names, [p for p in self._params if p.grad_req != "null"])]
-        transport.check_same(shapes, "parameter")
+        check_same(shapes, "parameter")
 
     def _allreduce_grads(self):
         params = [p for p in self._params if p.grad_req != "null"]
@@ -98,7 +104,9 @@ class DistributedTrainer(mx.gluon.Trainer):
                 raise CommError(f"parameter {p.name} has a {grads[0].stype} gradient; only dense gradients "
                                 f"are supported")
             named.append((f"{self._params.index(p)}:{p.name}", grads[0].asnumpy()))
-        reduced = transport.allreduce_arrays(named, plan=self._aiacc_plan, average=True,
-                                             compression=self._aiacc_compression, cache=self._aiacc_cache)
+        from aiacc.distributed.executor import allreduce_arrays
+
+        reduced = allreduce_arrays(named, plan=self._aiacc_plan, average=True,
+                                   compression=self._aiacc_compression, cache=self._aiacc_cache)
         for p, r in zip(params, reduced):
             p.list_grad()[0][:] = mx.nd.array(r, dtype=r.dtype)

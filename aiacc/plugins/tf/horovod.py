@@ -23,20 +23,17 @@ import numpy as np
 import tensorflow as tf
 
 from aiacc.core.comm import CommError, Plan
-from aiacc.plugins import _dist_transport as transport
-from aiacc.plugins._dist_transport import barrier, init, local_rank, local_size, rank, shutdown, size
+from aiacc.distributed import optimizer as _optimizer
+from aiacc.distributed.compression import Average, Compression, Sum, check as _check_compression
+from aiacc.distributed.compression import is_average as _average
+from aiacc.distributed.process import barrier, init, local_rank, local_size, rank, require, shutdown, size
 
 __all__ = ["Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "Sum", "allreduce",
            "barrier", "broadcast", "broadcast_variables", "init", "local_rank", "local_size", "rank",
            "shutdown", "size"]
 
-Average = "average"
-Sum = "sum"
-
-
-class Compression:
-    none = "none"
-    fp16 = "fp16"
+# torch (the transport) is imported only where a function communicates: `import aiacc.plugins.tf.horovod`
+# does not need torch
 
 
 def _names(variables: Sequence[Any] | None, n: int) -> list[str]:
@@ -52,8 +49,10 @@ def _names(variables: Sequence[Any] | None, n: int) -> list[str]:
 
 def _reduce_numpy(names: list[str], arrays: list[np.ndarray], average: bool, compression: str,
                   plan: str | Plan, cache: dict) -> list[np.ndarray]:
-    return transport.allreduce_arrays(list(zip(names, arrays)), plan=plan, average=average,
-                                      compression=compression, cache=cache)
+    from aiacc.distributed.executor import allreduce_arrays
+
+    return allreduce_arrays(list(zip(names, arrays)), plan=plan, average=average, compression=compression,
+                            cache=cache)
 
 
 def _allreduce_tensors(tensors: Sequence[Any], names: list[str], *, average: bool = True,
@@ -86,28 +85,32 @@ def _allreduce_tensors(tensors: Sequence[Any], names: list[str], *, average: boo
     return list(out)
 
 
-def allreduce(tensor, average: bool = True, name: str | None = None, compression: str = Compression.none,
-              op: str | None = None):
+def allreduce(tensor, average: bool | None = None, name: str | None = None,
+              compression: str = Compression.none, op: str | None = None):
     """The all-reduced (average by default) value of one tensor."""
-    transport._require()
-    avg = average if op is None else op == Average
+    require()
+    avg = _average(average, op)
     return _allreduce_tensors([tf.convert_to_tensor(tensor)], [name or "tensor"], average=avg,
                               compression=compression, plan="per-tensor")[0]
 
 
 def broadcast(tensor, root_rank: int = 0, name: str | None = None):
     """root_rank's value of `tensor` (eager)."""
+    from aiacc.distributed.transport import broadcast_arrays
+
     value = np.asarray(tensor)
-    return tf.convert_to_tensor(transport.broadcast_arrays([(name or "tensor", value)], root_rank, "tensor")[0])
+    return tf.convert_to_tensor(broadcast_arrays([(name or "tensor", value)], root_rank, "tensor")[0])
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int = 0) -> None:
     """Assign root_rank's values to `variables` on every rank, after checking that all ranks hold the
     same variable names, shapes and dtypes (eager)."""
+    from aiacc.distributed.transport import broadcast_arrays
+
     variables = list(variables)
     names = _names(variables, len(variables))
-    values = transport.broadcast_arrays([(n, np.asarray(v.numpy())) for n, v in zip(names, variables)],
-                                        root_rank, "variable")
+    values = broadcast_arrays([(n, np.asarray(v.numpy())) for n, v in zip(names, variables)], root_rank,
+                              "variable")
     for v, a in zip(variables, values):
         v.assign(a)
 
@@ -117,10 +120,10 @@ class DistributedGradientTape:
 
     def __init__(self, gradtape, compression: str = Compression.none, op: str = Average,
                  plan: str | Plan = "aiacc"):
-        transport._require()
+        require()
         self._tape = gradtape
-        self._compression = compression
-        self._average = op == Average
+        self._compression = _check_compression(compression)
+        self._average = _average(None, op)
         self._plan = plan
         self._cache: dict = {}
 
@@ -153,10 +156,6 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, compression: str = Compression.none, plan: str | Plan = "aiacc"):
     """A copy of the Keras `optimizer` (same class and config) whose updates use gradients averaged
     over all ranks."""
-    transport._require()
-    body = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), body)
-    opt = cls.from_config(optimizer.get_config())
-    opt._aiacc_compression = compression
-    opt._aiacc_plan = plan
-    return opt
+    require()
+    return _optimizer.wrap(optimizer, _DistributedOptimizer, lambda cls: cls.from_config(optimizer.get_config()),
+                           _aiacc_compression=_check_compression(compression), _aiacc_plan=plan)

@@ -17,7 +17,12 @@ from typing import Iterable, Sequence
 import torch
 
 from aiacc.core.comm import ModelSpec, Plan, gradient_specs_from_params
-from aiacc.plugins import _dist_transport as transport
+from aiacc.core.comm import CommError
+from aiacc.distributed.compression import check as check_compression
+from aiacc.distributed.executor import PlanExecutor
+from aiacc.distributed.planning import plan_for
+from aiacc.distributed.process import require
+from aiacc.distributed.transport import check_same
 
 
 def spec_from_stamps(named: Sequence[tuple[str, torch.Tensor]], stamps: dict[str, float],
@@ -77,33 +82,34 @@ class GradientScheduler:
     def __init__(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], *, plan: str | Plan = "aiacc",
                  compression: str = "none", average: bool = True, backward_passes_per_step: int = 1,
                  model_spec: ModelSpec | None = None):
-        transport._require()
+        require()
+        compression = check_compression(compression)
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
         seen: dict[int, str] = {}
         for n, p in named:
             if id(p) in seen:
-                raise transport.CommError(f"parameter {n} is the same tensor as {seen[id(p)]}; list it once")
+                raise CommError(f"parameter {n} is the same tensor as {seen[id(p)]}; list it once")
             seen[id(p)] = n
         self.named = named
         self.by_name = dict(named)
         entries = [(n, tuple(p.shape), str(p.dtype).replace("torch.", "")) for n, p in named]
-        transport.check_same(entries, "parameter")
+        check_same(entries, "parameter")
         if not named:
-            raise transport.CommError("no parameters that require grad were given to the distributed optimizer")
+            raise CommError("no parameters that require grad were given to the distributed optimizer")
         self.entries, self.compression, self.average = entries, compression, average
         self.strategy = plan if isinstance(plan, str) else None
         self.profiling = model_spec is None and self.strategy is not None
         self.stamps: dict[str, float] = {}
-        self._install(transport.plan_for(entries, plan, compression=compression, model_spec=model_spec))
+        self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec))
         self.passes = backward_passes_per_step
         self.counts = {n: 0 for n, _ in named}
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in named]
 
     def _install(self, planned) -> None:
         self.plan, order, self.spec = planned
-        self.executor = transport.PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
-                                               average=self.average, compression=self.compression,
-                                               dtypes={n: p.dtype for n, p in self.named})
+        self.executor = PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
+                                     average=self.average, compression=self.compression,
+                                     dtypes={n: p.dtype for n, p in self.named})
 
     def _hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
@@ -138,7 +144,7 @@ class GradientScheduler:
         if self.profiling:  # every rank re-plans after its first step (rank 0's profile decides)
             self.profiling = False
             spec = spec_from_stamps(self.named, self.stamps)
-            self._install(transport.plan_for(self.entries, self.strategy, compression=self.compression,
+            self._install(plan_for(self.entries, self.strategy, compression=self.compression,
                                              model_spec=spec))
 
     def remove(self) -> None:

@@ -15,44 +15,29 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import CommError, Plan
-from aiacc.plugins import _dist_transport as transport
-from aiacc.plugins._dist_transport import barrier, init, local_rank, local_size, rank, shutdown, size
+from aiacc.distributed import optimizer as _optimizer
+from aiacc.distributed import transport
+from aiacc.distributed.compression import Average, Compression, Sum, check as _check_compression
+from aiacc.distributed.compression import is_average as _average
+from aiacc.distributed.process import (barrier, collective, init, local_rank, local_size, rank, require,
+                                       shutdown, size)
 from aiacc.plugins.torch.distributed import GradientScheduler
 
 __all__ = ["Average", "Compression", "DistributedOptimizer", "Sum", "allgather", "allreduce", "allreduce_",
            "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state",
            "broadcast_parameters", "init", "local_rank", "local_size", "rank", "shutdown", "size"]
 
-Average = "average"
-Sum = "sum"
-
-
-class Compression:
-    """Gradient compression on the wire (Horovod's hvd.Compression)."""
-
-    none = "none"
-    fp16 = "fp16"
-
-
-def _average(average: bool | None, op: str | None) -> bool:
-    if op is not None and average is not None:
-        raise CommError("give either average= or op=, not both")
-    if op is not None:
-        if op not in (Average, Sum):
-            raise CommError(f"unsupported reduction op {op!r}; expected hvd.Average or hvd.Sum")
-        return op == Average
-    return True if average is None else bool(average)
-
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                compression: str = Compression.none, op: str | None = None) -> torch.Tensor:
     """All-reduce `tensor` in place (average by default) and return it."""
-    transport._require()
+    require()
     avg = _average(average, op)
+    compression = _check_compression(compression)
     wire = tensor.to(torch.float16) if compression == Compression.fp16 and tensor.is_floating_point() else tensor
     if avg and wire is not tensor:
         wire = wire / dist.get_world_size()
-    transport.collective(f"allreduce of {name or 'tensor'}", lambda: dist.all_reduce(wire))
+    collective(f"allreduce of {name or 'tensor'}", lambda: dist.all_reduce(wire))
     if wire is not tensor:
         tensor.copy_(wire)
     elif avg:
@@ -71,22 +56,22 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
 
 def allgather(tensor: torch.Tensor, name: str | None = None) -> torch.Tensor:
     """Concatenate every rank's `tensor` along dimension 0 (first dimensions may differ)."""
-    transport._require()
+    require()
     n = torch.tensor([tensor.shape[0] if tensor.dim() else 1])
     sizes = [torch.zeros_like(n) for _ in range(dist.get_world_size())]
-    transport.collective(f"allgather sizes of {name or 'tensor'}", lambda: dist.all_gather(sizes, n))
+    collective(f"allgather sizes of {name or 'tensor'}", lambda: dist.all_gather(sizes, n))
     t = tensor.reshape(1) if tensor.dim() == 0 else tensor
     longest = int(max(s.item() for s in sizes))
     padded = torch.zeros((longest,) + tuple(t.shape[1:]), dtype=t.dtype)
     padded[:t.shape[0]] = t
     parts = [torch.empty_like(padded) for _ in sizes]
-    transport.collective(f"allgather of {name or 'tensor'}", lambda: dist.all_gather(parts, padded.contiguous()))
+    collective(f"allgather of {name or 'tensor'}", lambda: dist.all_gather(parts, padded.contiguous()))
     return torch.cat([p[:int(s.item())] for p, s in zip(parts, sizes)])
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None) -> torch.Tensor:
-    transport._require()
-    transport.collective(f"broadcast of {name or 'tensor'}", lambda: dist.broadcast(tensor, root_rank))
+    require()
+    collective(f"broadcast of {name or 'tensor'}", lambda: dist.broadcast(tensor, root_rank))
     return tensor
 
 
@@ -166,7 +151,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     The result is an instance of a subclass of the optimizer's class sharing its state. `plan` picks the
     strategy ("aiacc" by default; "ddp", "horovod", "bytescheduler", "per-tensor", or a Plan).
     """
-    transport._require()
+    require()
     if named_parameters is None:
         named = [(f"param.{gi}.{pi}", p) for gi, g in enumerate(optimizer.param_groups)
                  for pi, p in enumerate(g["params"])]
@@ -179,14 +164,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
             raise CommError(f"named_parameters misses {len(missing)} of the optimizer's parameters; "
                             f"pass model.named_parameters() of the model the optimizer trains")
         named = [(n, p) for n, p in named if id(p) in in_opt]
-    body = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), body)
-    wrapped = cls.__new__(cls)
-    wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._aiacc_scheduler = GradientScheduler(named, plan=plan, compression=compression,
-                                                 average=_average(None, op),
-                                                 backward_passes_per_step=backward_passes_per_step,
-                                                 model_spec=model_spec)
-    wrapped._aiacc_skip = False
-    wrapped._aiacc_synchronized = False
-    return wrapped
+    return _optimizer.wrap(optimizer, _DistributedOptimizer,
+                           _aiacc_scheduler=GradientScheduler(named, plan=plan, compression=compression,
+                                                              average=_average(None, op),
+                                                              backward_passes_per_step=backward_passes_per_step,
+                                                              model_spec=model_spec),
+                           _aiacc_skip=False, _aiacc_synchronized=False)
