@@ -380,6 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(both backends), time them and check their numbers")
     demo_arguments(s)
     s.set_defaults(fn=cmd_demo)
+
+    from aiacc.distributed.testbed import add_cli as cluster_cli
+
+    cluster_cli(sub)  # aiacc cluster {run,check,cleanup}: the emulated multi-node cluster
     return p
 
 

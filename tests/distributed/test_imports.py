@@ -19,7 +19,7 @@ def _imports_without_torch(module):
 
 @pytest.mark.parametrize("module", ["aiacc.distributed", "aiacc.distributed.compression",
                                     "aiacc.distributed.process", "aiacc.distributed.optimizer",
-                                    "aiacc.distributed.launch"])
+                                    "aiacc.distributed.launch", "aiacc.distributed.testbed"])
 def test_torch_free_parts_of_the_package(module):
     _imports_without_torch(module)
 
