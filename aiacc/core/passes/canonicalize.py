@@ -240,7 +240,7 @@ def _tensordot(g: Graph) -> int:
     """Reshape(x, [-1, K]) -> MatMul(W) -> Reshape(lead + [out]) is MatMul(x, W)."""
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "MatMul" or node._erased:
+        if node.domain or node.op != "MatMul" or node.erased:
             continue
         r1 = node.inputs[0].producer
         w = node.inputs[1]
@@ -267,7 +267,7 @@ def _transpose_flatten_matmul(g: Graph) -> int:
     W's rows instead (TF's Flatten reads NHWC; the canonical Flatten reads NCHW)."""
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "Transpose" or node._erased:
+        if node.domain or node.op != "Transpose" or node.erased:
             continue
         x = node.inputs[0]
         xs = _static(x)
@@ -305,7 +305,7 @@ def _transpose_flatten_matmul(g: Graph) -> int:
 def _matmul_add_to_gemm(g: Graph) -> int:
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "MatMul" or node._erased:
+        if node.domain or node.op != "MatMul" or node.erased:
             continue
         x, w = node.inputs
         wv = const_value(w)
@@ -356,7 +356,7 @@ def _per_channel(v: Value, c: int, rank: int) -> np.ndarray | None:
 def _conv_bias(g: Graph) -> int:
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "Conv" or node._erased or (len(node.inputs) > 2 and node.inputs[2] is not None):
+        if node.domain or node.op != "Conv" or node.erased or (len(node.inputs) > 2 and node.inputs[2] is not None):
             continue
         ys = _shape(node.output)
         add = _only_user(node.output)
@@ -377,7 +377,7 @@ def _conv_bias(g: Graph) -> int:
 def _pad_into_conv(g: Graph) -> int:
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "Pad" or node._erased:
+        if node.domain or node.op != "Pad" or node.erased:
             continue
         x = node.inputs[0]
         xs = _shape(x)
@@ -447,7 +447,7 @@ def _set_affine(g: Graph, anchor: Node, x: Value, scale, bias, dtype) -> Value:
 def _mul_add_to_batchnorm(g: Graph) -> int:
     n = 0
     for node in g.nodes:
-        if node.domain or node.op != "Mul" or node._erased:
+        if node.domain or node.op != "Mul" or node.erased:
             continue
         x = node.inputs[0]
         xs = _shape(x)
@@ -470,7 +470,7 @@ def _mul_add_to_batchnorm(g: Graph) -> int:
 def _global_pool(g: Graph) -> int:
     n = 0
     for node in g.nodes:
-        if node.domain or node._erased:
+        if node.domain or node.erased:
             continue
         x = node.inputs[0] if node.inputs else None
         xs = _shape(x)

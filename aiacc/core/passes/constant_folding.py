@@ -36,7 +36,7 @@ def fold_constants(graph: Graph, ctx: PassContext) -> int:
     folded = 0
     derived: set[int] = set()  # initializers this pass made (from Constant nodes): never parameters
     for node in graph.nodes:
-        if node._erased or (node.domain, node.op) in _NEVER_FOLD or node.meta.get("side_effects"):
+        if node.erased or (node.domain, node.op) in _NEVER_FOLD or node.meta.get("side_effects"):
             continue
         schema = node.schema
         if schema is None:
@@ -67,7 +67,7 @@ def fold_constants(graph: Graph, ctx: PassContext) -> int:
                 o = o.astype(v.dtype)
             if v.uses or v.is_graph_output:
                 derived.add(id(set_const(graph, v, o)))
-        if not node._erased and all(not v.uses and not v.is_graph_output for v in node.outputs):
+        if not node.erased and all(not v.uses and not v.is_graph_output for v in node.outputs):
             graph.erase(node)
         folded += 1
     if folded:

@@ -17,27 +17,20 @@ from aiacc.core.ir import Graph, Node
 from aiacc.core.memory import MemoryPlan, plan_memory
 from aiacc.core.ops.nn import sliding_windows, window_params
 from aiacc.core.runtime.executor import Interpreter, check_inputs
+from aiacc.core.translate import OpTable
 from aiacc.errors import AiaccError, KernelError, ShapeError
 
 IntoKernel = Callable[[Node, list, np.ndarray], bool]  # writes the node's output into the view; False: cannot
 
-_INTO: dict[str, IntoKernel] = {}
-
-
-def _into(*ops: str):
-    def wrap(fn):
-        for o in ops:
-            _INTO[o] = fn
-        return fn
-
-    return wrap
+# standard (domain "") op name -> a kernel writing into the output's arena view
+INTO_KERNELS = OpTable("arena into-kernels")
 
 
 _UFUNCS = {"Relu": None, "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Tanh": np.tanh, "Exp": np.exp,
            "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Max": np.maximum, "Min": np.minimum, "Sum": np.add}
 
 
-@_into(*_UFUNCS)
+@INTO_KERNELS.register(*_UFUNCS)
 def _ufunc(node: Node, args: list, out: np.ndarray) -> bool:
     if any(a is None or a.dtype != out.dtype for a in args):
         return False
@@ -57,14 +50,14 @@ def _ufunc(node: Node, args: list, out: np.ndarray) -> bool:
     return True
 
 
-@_into("Clip")
+@INTO_KERNELS.register("Clip")
 def _clip(node: Node, args: list, out: np.ndarray) -> bool:
     x, lo, hi = (args + [None, None])[:3]
     np.clip(x, None if lo is None else lo.astype(x.dtype), None if hi is None else hi.astype(x.dtype), out=out)
     return True
 
 
-@_into("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+@INTO_KERNELS.register("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _alias(node: Node, args: list, out: np.ndarray) -> bool:
     x = args[0]
     if x.size != out.size or x.dtype != out.dtype:
@@ -80,7 +73,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
             and b.flags.c_contiguous and a.nbytes == b.nbytes)
 
 
-@_into("BatchNormalization")
+@INTO_KERNELS.register("BatchNormalization")
 def _batch_norm(node: Node, args: list, out: np.ndarray) -> bool:
     if node.attr("training_mode", 0) or len(node.outputs) != 1:
         return False
@@ -92,13 +85,13 @@ def _batch_norm(node: Node, args: list, out: np.ndarray) -> bool:
     return True
 
 
-@_into("Concat")
+@INTO_KERNELS.register("Concat")
 def _concat(node: Node, args: list, out: np.ndarray) -> bool:
     np.concatenate(args, axis=node.attr("axis"), out=out)
     return True
 
 
-@_into("MatMul")
+@INTO_KERNELS.register("MatMul")
 def _matmul(node: Node, args: list, out: np.ndarray) -> bool:
     a, b = args
     if a.ndim < 2 or b.ndim < 2 or a.dtype != out.dtype or b.dtype != out.dtype:
@@ -107,7 +100,7 @@ def _matmul(node: Node, args: list, out: np.ndarray) -> bool:
     return True
 
 
-@_into("Gemm")
+@INTO_KERNELS.register("Gemm")
 def _gemm(node: Node, args: list, out: np.ndarray) -> bool:
     a, b = args[0], args[1]
     c = args[2] if len(args) > 2 else None
@@ -122,7 +115,7 @@ def _gemm(node: Node, args: list, out: np.ndarray) -> bool:
     return True
 
 
-@_into("MaxPool", "AveragePool")
+@INTO_KERNELS.register("MaxPool", "AveragePool")
 def _pool(node: Node, args: list, out: np.ndarray) -> bool:
     """2-d pooling as a running max / sum over the kernel's shifted strided slices (no window copies).
     Average pooling only without padding (else the divisor varies: the reference kernel does it)."""
@@ -188,7 +181,7 @@ def _depthwise(x, w, out, kernel, strides, dilations, pads) -> None:
                     o += tmp
 
 
-@_into("Conv")
+@INTO_KERNELS.register("Conv")
 def _conv(node: Node, args: list, out: np.ndarray) -> bool:
     """Matrix products written into the output view: per image, group and band of output rows,
     (M, C*k*k) x (C*k*k, rows*W) with a patch matrix of at most CONV_TILE_ELEMENTS elements. A 1x1
@@ -310,7 +303,7 @@ class ArenaInterpreter(Interpreter):
 
     def run_node(self, node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
         views = [self.views[v.name] for v in node.outputs]
-        into = _INTO.get(node.op) if node.domain == "" and node.meta.get("kernel") is None else None
+        into = INTO_KERNELS.get(node.op) if node.domain == "" and node.meta.get("kernel") is None else None
         if into is not None and len(views) == 1:
             try:
                 with np.errstate(all="ignore"):

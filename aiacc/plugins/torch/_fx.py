@@ -129,7 +129,7 @@ class AiaccTracer(fx.Tracer):
         if self.is_leaf_module(m, qualname):
             return super().call_module(m, forward, args, kwargs)
         # trace through; if that fails, undo what it added and call the module as one opaque leaf
-        last = self.graph._root.prev  # the last node before this submodule's nodes
+        last = _last_node(self.graph)  # the last node before this submodule's nodes
         stack = dict(self.module_stack)
         calls = dict(self.num_calls)
         try:
@@ -145,14 +145,18 @@ class AiaccTracer(fx.Tracer):
             self.forced_leaves[qualname] = f"{type(e).__name__}: {e}".split("\n")[0][:200]
             return super().call_module(m, forward, args, kwargs)
 
-    def _rollback(self, last: fx.Node) -> None:
+    def _rollback(self, last: fx.Node | None) -> None:
         """Erase every node created after `last` (newest first, so users go before their inputs)."""
         self._env.clear()  # example values computed in the erased part may have been changed in place
-        while self.graph._root.prev is not last:
-            node = self.graph._root.prev
+        while (node := _last_node(self.graph)) is not last:
             for user in list(node.users):
                 self.graph.erase_node(user)
             self.graph.erase_node(node)
+
+
+def _last_node(graph: fx.Graph) -> fx.Node | None:
+    """The last node of an fx graph (None when it has none), through fx's public node list."""
+    return next(iter(reversed(graph.nodes)), None)
 
 
 @contextlib.contextmanager

@@ -27,18 +27,13 @@ from torch.utils import _pytree as pytree
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops import get_schema
 from aiacc.core.passes.utils import const_value as _const_of  # initializer or Constant node data
+from aiacc.core.translate import OpTable
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
 
-LOWERINGS: dict[tuple[str, str], Callable] = {}
-
-
-def lowering(*ops: str, domain: str = ""):
-    def wrap(fn):
-        for o in ops:
-            LOWERINGS[(domain, o)] = fn
-        return fn
-    return wrap
+# qualified op ("Conv", "aiacc::FusedConv") -> lowering(builder, lnode) -> fx value(s); filled by the modules of
+# aiacc.plugins.torch.export_ops (the plugin imports them; this module never does)
+LOWERINGS = OpTable("torch lowerings")
 
 
 def _leaves(x: Any) -> list:
@@ -189,6 +184,9 @@ def _state_tensor(graph: Graph, value: Value, qualname: str, original: nn.Module
 
 def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     """Build the GraphModule for `graph` (see the module docstring)."""
+    if not LOWERINGS:
+        raise UnsupportedError("the torch lowerings are not loaded: import aiacc.plugins.torch.export_ops "
+                               "(aiacc.export and the torch plugin do) before using the exporter directly")
     b = Builder(graph, original)
     state = graph.meta.get("torch.state", {})
     # model state: registered under its qualified names
@@ -277,7 +275,7 @@ def lower_node(b: Builder, node: Node, fusions) -> list:
     special = fusions.special.get(id(node))
     if special is not None:
         return special(b, ln, node)
-    fn = LOWERINGS.get((node.domain, node.op))
+    fn = LOWERINGS.get(node.qualified_op)
     if fn is None:
         if node.domain == "aiacc":
             return _lower_by_decomposition(b, node, fusions)
@@ -518,11 +516,16 @@ def _linear_special(x: Value, w, bias: Value | None):
             weight = b.env[key]
         else:
             weight = arg(b, w)
-        from aiacc.plugins.torch.lowerings import linear
-
         return [linear(b, arg(b, x), weight, arg(b, bias))]
     return lower
 
 
-from aiacc.plugins.torch import lowerings  # noqa: E402,F401  (fills LOWERINGS)
-from aiacc.plugins.torch import lowerings_extra  # noqa: E402,F401  (Resize, Tile, ArgMax, ...)
+def linear(b, x, w, bias, onednn=None):
+    """F.linear(x, w, bias) (w [out, in]); in an inference export one oneDNN inner product with the fused
+    post-op `onednn` = (attr, scalars, algorithm) (fastpath.linear, F.linear where it cannot run)."""
+    if b.inference:
+        attr, scalars, algorithm = onednn or ("none", [], None)
+        return b.call(fastpath.linear, x, w, bias, attr, scalars, algorithm)
+    if onednn is not None:
+        raise UnsupportedError("a fused post-op needs an inference export")
+    return b.call(F.linear, x, w, bias)

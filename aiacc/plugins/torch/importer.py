@@ -2,8 +2,11 @@
 
 The module is traced with torch.fx (see _fx.py), run once node by node on the example inputs (that run
 gives every value's dtype and shape and turns a bad input into an error naming the first op that fails),
-then converted node by node with the tables in convert.py. A node no converter handles becomes an opaque
-node (domain "torch") holding the original callable in `node.meta["torch.callable"]` and a numpy
+then converted node by node with the op tables below (FUNCTIONS, METHODS, MODULES, ATEN), which the
+modules of aiacc.plugins.torch.import_ops fill (the plugin imports them; this module never does). A
+converter that meets a form it does not cover raises Untranslatable: what it added is rolled back
+(Graph.checkpoint/rollback) and the call, like one no converter handles, becomes an opaque node (domain
+"torch", Graph.add_opaque) holding the original callable in `node.meta["torch.callable"]` and a numpy
 `node.meta["kernel"]` for the reference executor.
 
 Graph metadata the exporter reads back (keys under "torch."):
@@ -23,14 +26,43 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 from torch import nn
 from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, TensorType, Value
+from aiacc.core.translate import OpTable, Untranslatable
 from aiacc.errors import ShapeError, UnsupportedError
-from aiacc.plugins.torch import convert
 from aiacc.plugins.torch._fx import trace_module
 from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
+
+# The converters (filled by aiacc.plugins.torch.import_ops). A converter takes the Importer and the call's
+# arguments (IR values where the argument is a tensor, Python objects otherwise) and returns the result the
+# same way, or raises Untranslatable.
+FUNCTIONS = OpTable("torch functions")  # a torch / torch.nn.functional / operator callable -> converter
+METHODS = OpTable("torch Tensor methods")  # a Tensor method name -> converter(imp, self, *args)
+MODULES = OpTable("torch modules")  # an nn.Module type -> converter(imp, module, *args)
+ATEN = OpTable("torch aten ops")  # an aten op name whose arguments differ from the torch function's
+# nn.Module types fx must not trace through (their converter in MODULES sees the whole call) -> why
+LEAF_MODULES = OpTable("torch leaf modules")
+
+
+def aten_converter(target: Any) -> Any:
+    """A converter for an aten OpOverload (programs from torch.export): the ATEN entry, else the
+    converter of the torch function or Tensor method of the same name, whose positional arguments aten
+    mirrors."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    name = target.overloadpacket.__name__
+    if name in ATEN:
+        return ATEN[name]
+    fn = getattr(torch, name, None)
+    conv = FUNCTIONS.get(fn) if fn is not None else None
+    if conv is None and getattr(F, name, None) is not None:
+        conv = FUNCTIONS.get(getattr(F, name))
+    if conv is None and name in METHODS:
+        conv = METHODS[name]
+    return conv
 
 
 class Dim(int):
@@ -153,6 +185,9 @@ class Importer:
                                    f"{type(model).__module__}.{type(model).__name__}")
         if mode not in ("inference", "train"):
             raise UnsupportedError(f"mode must be 'inference' or 'train', not {mode!r}")
+        if not FUNCTIONS:
+            raise UnsupportedError("the torch converters are not loaded: import aiacc.plugins.torch.import_ops "
+                                   "(aiacc.trace and the torch plugin do) before using the importer directly")
         self.model = model
         self.mode = mode
         self.args, self.kwargs = normalize_inputs(model, example_inputs)
@@ -176,7 +211,7 @@ class Importer:
                           if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         self.param_order = list(sig.parameters)
         concrete = {k: v for k, v in bound.arguments.items() if not _has_tensor(v) and k not in self.var_kinds}
-        gm, forced = trace_module(self.model, concrete or None, convert.LEAF_TYPES, dict(bound.arguments))
+        gm, forced = trace_module(self.model, concrete or None, tuple(LEAF_MODULES), dict(bound.arguments))
         self.gm = gm
         self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
         for name, why in forced.items():
@@ -289,13 +324,13 @@ class Importer:
             return pytree.tree_map(lambda t: self.const(tensor_to_numpy(t)) if isinstance(t, torch.Tensor) else t,
                                    result)
         if module is not None:
-            fn = convert.MODULES.get(type(module))
+            fn = MODULES.get(type(module))
             key = type(module).__name__
         elif n.op == "call_method":
-            fn = convert.METHODS.get(n.target)
+            fn = METHODS.get(n.target)
             key = f"Tensor.{n.target}"
         else:
-            fn = convert.FUNCTIONS.get(n.target) or convert.aten_converter(n.target)
+            fn = FUNCTIONS.get(n.target) or aten_converter(n.target)
             key = describe_node(gm, n)
         reason = "no converter"
         # an in-place call: later reads of the mutated tensor (the first argument) must see its result
@@ -305,11 +340,11 @@ class Importer:
             fn, reason = None, "changes the model's state in place"
         result = None
         if fn is not None:
-            mark = (self.graph._root._prev, set(self.graph.initializers), len(self.graph.inputs))
+            mark = self.graph.checkpoint()
             try:
                 result = fn(self, module, *args, **kwargs) if module is not None else fn(self, *args, **kwargs)
                 fn = "done"
-            except convert.Untranslatable as e:
+            except Untranslatable as e:
                 reason = str(e)
                 self._rollback(mark)
         if fn != "done":
@@ -328,18 +363,7 @@ class Importer:
 
     def _rollback(self, mark) -> None:
         """Undo a converter that gave up halfway: its nodes, constants and state values."""
-        g = self.graph
-        last, initializers, n_inputs = mark
-        while g._root._prev is not last:
-            g.erase(g._root._prev)
-        dropped = [v for name, v in list(g.initializers.items()) if name not in initializers and not v.uses]
-        dropped += [v for v in g.inputs[n_inputs:] if not v.uses]
-        for v in dropped:
-            if v.const is not None:
-                g.remove_initializer(v)
-            else:
-                g.inputs.remove(v)
-                del g._values[v.name]
+        for v in self.graph.rollback(mark):
             qualname = self.state.pop(v.name, (None,))[0]
             self._state_values.pop(qualname, None)
 
@@ -372,7 +396,7 @@ class Importer:
         """A Python number as a 0-d constant of `like`'s dtype (torch's scalar type promotion)."""
         dtype = like.dtype or "float32"
         if isinstance(value, bool) or (isinstance(value, float) and np.dtype(dtype).kind in "iub"):
-            raise convert.Untranslatable(f"scalar {value!r} with a {dtype} tensor changes the dtype")
+            raise Untranslatable(f"scalar {value!r} with a {dtype} tensor changes the dtype")
         return self.const(np.asarray(value, dtype=dtype))
 
     def state_value(self, module: nn.Module | None, qualname: str, tensor: torch.Tensor | None = None) -> Value:
@@ -403,7 +427,7 @@ class Importer:
         for name, m in self.gm.named_modules():
             if m is module:
                 return name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name
-        raise convert.Untranslatable("module is not part of the model")
+        raise Untranslatable("module is not part of the model")
 
     def _get_attr(self, gm: fx.GraphModule, target: str) -> Any:
         obj = gm
@@ -418,7 +442,7 @@ class Importer:
 
     def shape_of(self, v: Value) -> tuple:
         if v.shape is None or not all(isinstance(d, int) for d in v.shape):
-            raise convert.Untranslatable(f"%{v.name} has no static shape")
+            raise Untranslatable(f"%{v.name} has no static shape")
         return tuple(v.shape)
 
     # -- opaque nodes --------------------------------------------------------------------------------
@@ -451,9 +475,8 @@ class Importer:
             if isinstance(self_obj, type):  # a bound classmethod such as MyFunction.apply
                 label = f"{self_obj.__name__}.{n.target.__name__}"
         attrs = {"target": str(n.target) if n.op != "call_function" else label}
-        node = self.graph.add_node(label.replace(" ", ""), inputs, attrs, domain="torch", name=n.name,
-                                   outputs=len(types), output_types=types)
-        node.meta.update({
+        node = self.graph.add_opaque(label.replace(" ", ""), inputs, domain="torch", name=n.name,
+                                     outputs=len(types), output_types=types, attrs=attrs, meta={
             "torch.callable": fn, "torch.kind": kind, "torch.target": n.target if n.op != "call_function" else None,
             "torch.in_spec": in_spec, "torch.template": template,
             "torch.out_spec": out_spec, "torch.out_tensor_pos": tensor_pos,

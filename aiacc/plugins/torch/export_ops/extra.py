@@ -1,7 +1,7 @@
 """IR op -> torch lowerings for the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin) and that
 ONNX models bring (ReduceProd, ReduceL1/L2, ReduceLogSumExp, ReduceSumSquare, Range, ConstantOfShape).
 
-Kept apart from lowerings.py (the hot path of CNNs and transformers). Same contract: a lowering gets the
+Kept apart from basic.py (the hot path of CNNs and transformers). Same contract: a lowering gets the
 Builder and an LNode (see exporter.py) and returns the fx value of each output.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from aiacc.errors import UnsupportedError
-from aiacc.plugins.torch.exporter import LNode, lowering
+from aiacc.plugins.torch.exporter import LOWERINGS, LNode
 
 
 # ------------------------------------------------------------------------------------------------ Resize
@@ -70,7 +70,7 @@ def _axis_matrix(n: LNode, in_len: int, scale: float, out_len: int, by_scale: bo
     return np.asarray(resize(eye, None, scales, sizes, **attrs), dtype=np.float64)
 
 
-@lowering("Resize")
+@LOWERINGS.register("Resize")
 def _resize(b, n: LNode):
     shape, axes, scale, out, by_scale = _resize_plan(n)
     rank = len(shape)
@@ -103,7 +103,7 @@ def _resize(b, n: LNode):
 
 
 # ------------------------------------------------------------------------------------------------ others
-@lowering("Tile")
+@LOWERINGS.register("Tile")
 def _tile(b, n: LNode):
     repeats = n.ints(1)
     if repeats is None:
@@ -125,8 +125,8 @@ def _arg(fn):
     return lower
 
 
-lowering("ArgMax")(_arg(torch.argmax))
-lowering("ArgMin")(_arg(torch.argmin))
+LOWERINGS.add("ArgMax", _arg(torch.argmax))
+LOWERINGS.add("ArgMin", _arg(torch.argmin))
 
 
 def _axes(n: LNode):
@@ -165,17 +165,17 @@ def _reduce(kind):
 
 for _op, _kind in (("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"), ("ReduceSumSquare", "sumsquare"),
                    ("ReduceLogSum", "logsum"), ("ReduceLogSumExp", "logsumexp")):
-    lowering(_op)(_reduce(_kind))
+    LOWERINGS.add(_op, _reduce(_kind))
 
 
-@lowering("Range")
+@LOWERINGS.register("Range")
 def _range(b, n: LNode):
     start, limit, delta = n.scalar(0), n.scalar(1), n.scalar(2)
     dtype = getattr(torch, np.dtype(n.outputs[0].dtype or "float32").name)
     return b.call(torch.arange, start, limit, delta, dtype=dtype)
 
 
-@lowering("ConstantOfShape")
+@LOWERINGS.register("ConstantOfShape")
 def _constant_of_shape(b, n: LNode):
     value = n.attr("value")
     value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)

@@ -1,6 +1,7 @@
 """IR op -> torch calls, one lowering per op (ONNX semantics in, torch.nn.functional out).
 
-A lowering gets the Builder and an LNode (see exporter.py) and returns the fx value of each output.
+A lowering, registered in exporter.LOWERINGS under the op's qualified name ("Conv", "aiacc::FusedConv"),
+gets the Builder and an LNode (see exporter.py) and returns the fx value of each output.
 Constant inputs that torch takes as Python values (shapes, axes, clip bounds, dropout ratios) are read
 at export time; everything else stays a tensor so gradients flow.
 """
@@ -13,10 +14,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aiacc.core.ops.nn import window_params
+from aiacc.core.ops import get_schema
+from aiacc.core.ops.fused import parse_program
+from aiacc.core.ops.nn import convtranspose_pads, window_params
+from aiacc.core.ops.tensor import constant
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
-from aiacc.plugins.torch.exporter import LNode, lowering
+from aiacc.plugins.torch.exporter import LOWERINGS, LNode, arg, linear, resolved_attrs
 
 # ------------------------------------------------------------------------------------------------ elementwise
 _UNARY = {
@@ -43,25 +47,25 @@ def _unary(op):
 
 
 for _op in _UNARY:
-    lowering(_op)(_unary(_op))
+    LOWERINGS.add(_op, _unary(_op))
 
 
-@lowering("LeakyRelu")
+@LOWERINGS.register("LeakyRelu")
 def _leaky(b, n):
     return b.call(F.leaky_relu, n.arg(0), n.attr("alpha", 0.01))
 
 
-@lowering("Elu")
+@LOWERINGS.register("Elu")
 def _elu(b, n):
     return b.call(F.elu, n.arg(0), n.attr("alpha", 1.0))
 
 
-@lowering("Gelu")
+@LOWERINGS.register("Gelu")
 def _gelu(b, n):
     return b.call(F.gelu, n.arg(0), approximate=n.attr("approximate", "none"))
 
 
-@lowering("HardSigmoid")
+@LOWERINGS.register("HardSigmoid")
 def _hardsigmoid(b, n):
     alpha, beta = n.attr("alpha", 0.2), n.attr("beta", 0.5)
     if abs(alpha - 1 / 6) < 1e-7 and beta == 0.5:
@@ -69,7 +73,7 @@ def _hardsigmoid(b, n):
     return b.call(torch.clamp, b.call(operator.add, b.call(operator.mul, n.arg(0), alpha), beta), 0.0, 1.0)
 
 
-@lowering("Clip")
+@LOWERINGS.register("Clip")
 def _clip(b, n):
     lo = n.scalar(1) if n.n_inputs > 1 and n.values[1] is not None else None
     hi = n.scalar(2) if n.n_inputs > 2 and n.values[2] is not None else None
@@ -80,7 +84,7 @@ def _clip(b, n):
     return b.call(torch.clamp, n.arg(0), lo, hi)
 
 
-@lowering("PRelu")
+@LOWERINGS.register("PRelu")
 def _prelu(b, n):
     x = n.arg(0)
     return b.call(torch.where, b.call(operator.lt, x, 0), b.call(operator.mul, x, n.arg(1)), x)
@@ -107,10 +111,10 @@ def _binary(op):
 
 
 for _op in _BINARY:
-    lowering(_op)(_binary(_op))
+    LOWERINGS.add(_op, _binary(_op))
 
 
-@lowering("Div")
+@LOWERINGS.register("Div")
 def _div(b, n):
     dtype = n.outputs[0].dtype
     a, c = n.scalar(0), n.scalar(1)
@@ -121,7 +125,7 @@ def _div(b, n):
     return b.call(operator.truediv, a, c)
 
 
-@lowering("Mod")
+@LOWERINGS.register("Mod")
 def _mod(b, n):
     return b.call(torch.fmod if n.attr("fmod") else torch.remainder, n.arg(0), n.arg(1))
 
@@ -135,38 +139,38 @@ def _variadic(fn):
     return lower
 
 
-lowering("Max")(_variadic(torch.maximum))
-lowering("Min")(_variadic(torch.minimum))
-lowering("Sum")(_variadic(operator.add))
+LOWERINGS.add("Max", _variadic(torch.maximum))
+LOWERINGS.add("Min", _variadic(torch.minimum))
+LOWERINGS.add("Sum", _variadic(operator.add))
 
 
-@lowering("Mean")
+@LOWERINGS.register("Mean")
 def _mean(b, n):
     return b.call(operator.truediv, _variadic(operator.add)(b, n), float(n.n_inputs))
 
 
-@lowering("Where")
+@LOWERINGS.register("Where")
 def _where(b, n):
     return b.call(torch.where, n.arg(0), n.scalar(1), n.scalar(2)) if isinstance(n.scalar(1), torch.fx.Node) \
         or isinstance(n.scalar(2), torch.fx.Node) else b.call(torch.where, n.arg(0), n.arg(1), n.arg(2))
 
 
-@lowering("Cast")
+@LOWERINGS.register("Cast")
 def _cast(b, n):
     return b.method("to", n.arg(0), getattr(torch, np.dtype(n.attr("to")).name))
 
 
-@lowering("Softmax")
+@LOWERINGS.register("Softmax")
 def _softmax(b, n):
     return b.call(torch.softmax, n.arg(0), n.attr("axis", -1))
 
 
-@lowering("LogSoftmax")
+@LOWERINGS.register("LogSoftmax")
 def _log_softmax(b, n):
     return b.call(torch.log_softmax, n.arg(0), n.attr("axis", -1))
 
 
-@lowering("Dropout")
+@LOWERINGS.register("Dropout")
 def _dropout(b, n):
     ratio = n.scalar(1) if n.n_inputs > 1 and n.values[1] is not None else 0.5
     training = n.const(2) if n.n_inputs > 2 and n.values[2] is not None else np.bool_(False)
@@ -180,7 +184,7 @@ def _dropout(b, n):
 
 
 # ------------------------------------------------------------------------------------------------ shapes
-@lowering("Reshape")
+@LOWERINGS.register("Reshape")
 def _reshape(b, n):
     target = n.ints(1)
     if target is None:
@@ -191,7 +195,7 @@ def _reshape(b, n):
     return b.method("reshape", x, *target)
 
 
-@lowering("Flatten")
+@LOWERINGS.register("Flatten")
 def _flatten(b, n):
     axis = n.attr("axis", 1)
     shape = n.shape(0)
@@ -204,7 +208,7 @@ def _flatten(b, n):
     return y if axis == 1 else b.call(torch.flatten, y, 0, axis - 1)
 
 
-@lowering("Transpose")
+@LOWERINGS.register("Transpose")
 def _transpose(b, n):
     perm = n.attr("perm")
     if perm is None:
@@ -212,7 +216,7 @@ def _transpose(b, n):
     return b.method("permute", n.arg(0), *perm)
 
 
-@lowering("Squeeze")
+@LOWERINGS.register("Squeeze")
 def _squeeze(b, n):
     axes = n.ints(1) if n.n_inputs > 1 and n.values[1] is not None else None
     if axes is None:
@@ -220,7 +224,7 @@ def _squeeze(b, n):
     return b.call(torch.squeeze, n.arg(0), tuple(axes))
 
 
-@lowering("Unsqueeze")
+@LOWERINGS.register("Unsqueeze")
 def _unsqueeze(b, n):
     axes = n.ints(1)
     rank = len(n.outputs[0].shape) if n.outputs[0].shape is not None else None
@@ -230,12 +234,12 @@ def _unsqueeze(b, n):
     return y
 
 
-@lowering("Concat")
+@LOWERINGS.register("Concat")
 def _concat(b, n):
     return b.call(torch.cat, n.args, n.attr("axis", 0))
 
 
-@lowering("Gather")
+@LOWERINGS.register("Gather")
 def _gather(b, n):
     axis = n.attr("axis", 0)
     idx = n.const(1)
@@ -256,7 +260,7 @@ def _gather(b, n):
     return b.method("reshape", flat, *out_shape)
 
 
-@lowering("Expand")
+@LOWERINGS.register("Expand")
 def _expand(b, n):
     out = n.outputs[0].shape
     if out is None or not all(isinstance(d, int) for d in out):
@@ -264,22 +268,21 @@ def _expand(b, n):
     return b.method("expand", n.arg(0), *out)
 
 
-@lowering("Shape")
+@LOWERINGS.register("Shape")
 def _shape(b, n):
     t = b.call(torch._shape_as_tensor, n.arg(0))
     start, end = n.attr("start", 0), n.attr("end")
     return b.call(operator.getitem, t, slice(start, end))
 
 
-@lowering("Constant")
+@LOWERINGS.register("Constant")
 def _constant(b, n):
-    from aiacc.core.ops.tensor import constant
 
     return b.constant(np.asarray(constant(**{k: n.attrs.get(k) for k in
                                              ("value", "value_float", "value_floats", "value_int", "value_ints")})))
 
 
-@lowering("Slice")
+@LOWERINGS.register("Slice")
 def _slice(b, n):
     starts, ends = n.ints(1), n.ints(2)
     axes = n.ints(3) if n.n_inputs > 3 and n.values[3] is not None else list(range(len(starts or [])))
@@ -295,7 +298,7 @@ def _slice(b, n):
     return b.call(operator.getitem, n.arg(0), tuple(index))
 
 
-@lowering("Split")
+@LOWERINGS.register("Split")
 def _split(b, n):
     axis = n.attr("axis", 0)
     sizes = n.ints(1) if n.n_inputs > 1 and n.values[1] is not None else None
@@ -309,7 +312,7 @@ def _split(b, n):
     return [b.call(operator.getitem, parts, i) for i in range(len(n.outputs))]
 
 
-@lowering("Pad")
+@LOWERINGS.register("Pad")
 def _pad(b, n):
     pads = n.ints(1)
     shape = n.shape(0)
@@ -344,10 +347,10 @@ def _reduce(fn, all_fn=None):
     return lower
 
 
-lowering("ReduceMean")(_reduce(torch.mean))
-lowering("ReduceSum")(_reduce(torch.sum))
-lowering("ReduceMax")(_reduce(torch.amax))
-lowering("ReduceMin")(_reduce(torch.amin))
+LOWERINGS.add("ReduceMean", _reduce(torch.mean))
+LOWERINGS.add("ReduceSum", _reduce(torch.sum))
+LOWERINGS.add("ReduceMax", _reduce(torch.amax))
+LOWERINGS.add("ReduceMin", _reduce(torch.amin))
 
 
 # ------------------------------------------------------------------------------------------------ nn
@@ -398,15 +401,14 @@ def conv(b, n: LNode, bias_arg=None, onednn=None, residual=None):
     return b.call(_CONV[k], x, n.arg(1), bias, strides, half, dilations, n.attr("group", 1))
 
 
-lowering("Conv")(conv)
+LOWERINGS.add("Conv", conv)
 
 
-@lowering("ConvTranspose")
+@LOWERINGS.register("ConvTranspose")
 def _convt(b, n):
     w = n.shape(1)
     kernel = list(n.attr("kernel_shape") or w[2:])
     k = len(kernel)
-    from aiacc.core.ops.nn import convtranspose_pads
 
     strides = list(n.attr("strides") or [1] * k)
     dilations = list(n.attr("dilations") or [1] * k)
@@ -424,13 +426,11 @@ def count_batch(counter: torch.Tensor) -> None:
     counter.add_(1)
 
 
-@lowering("BatchNormalization")
+@LOWERINGS.register("BatchNormalization")
 def _bn(b, n):
     eps = float(n.attr("epsilon", 1e-5))
     if not n.attr("training_mode"):
         return b.call(F.batch_norm, n.arg(0), n.arg(3), n.arg(4), n.arg(1), n.arg(2), False, 0.0, eps)
-    from aiacc.plugins.torch.exporter import arg
-
     state = b.ir.meta.get("torch.state", {})
     has_stats = n.values[3] is not None and n.values[3].name in state
     mean = n.arg(3) if has_stats else None
@@ -471,11 +471,11 @@ def _pool(b, n, kind):
     return b.call(fn, x, kernel, strides, half, ceil, bool(n.attr("count_include_pad", 0)))
 
 
-lowering("MaxPool")(lambda b, n: _pool(b, n, "max"))
-lowering("AveragePool")(lambda b, n: _pool(b, n, "avg"))
+LOWERINGS.add("MaxPool", lambda b, n: _pool(b, n, "max"))
+LOWERINGS.add("AveragePool", lambda b, n: _pool(b, n, "avg"))
 
 
-@lowering("GlobalAveragePool")
+@LOWERINGS.register("GlobalAveragePool")
 def _gap(b, n):
     rank = len(n.shape(0))
     if rank == 4:
@@ -483,31 +483,20 @@ def _gap(b, n):
     return b.call(torch.mean, n.arg(0), tuple(range(2, rank)), True)
 
 
-@lowering("GlobalMaxPool")
+@LOWERINGS.register("GlobalMaxPool")
 def _gmp(b, n):
     return b.call(torch.amax, n.arg(0), tuple(range(2, len(n.shape(0)))), True)
 
 
-@lowering("LRN")
+@LOWERINGS.register("LRN")
 def _lrn(b, n):
     return b.call(F.local_response_norm, n.arg(0), n.attr("size"), n.attr("alpha", 1e-4), n.attr("beta", 0.75),
                   n.attr("bias", 1.0))
 
 
-@lowering("MatMul")
+@LOWERINGS.register("MatMul")
 def _matmul(b, n):
     return b.call(torch.matmul, n.arg(0), n.arg(1))
-
-
-def linear(b, x, w, bias, onednn=None):
-    """F.linear(x, w, bias) (w [out, in]); in an inference export one oneDNN inner product with the fused
-    post-op `onednn` = (attr, scalars, algorithm) (fastpath.linear, F.linear where it cannot run)."""
-    if b.inference:
-        attr, scalars, algorithm = onednn or ("none", [], None)
-        return b.call(fastpath.linear, x, w, bias, attr, scalars, algorithm)
-    if onednn is not None:
-        raise UnsupportedError("a fused post-op needs an inference export")
-    return b.call(F.linear, x, w, bias)
 
 
 def gemm(b, n: LNode, onednn=None):
@@ -529,7 +518,7 @@ def gemm(b, n: LNode, onednn=None):
     return y if alpha == 1.0 else b.call(operator.mul, y, alpha)
 
 
-lowering("Gemm")(gemm)
+LOWERINGS.add("Gemm", gemm)
 
 
 def gemm_is_linear(n: LNode) -> bool:
@@ -539,7 +528,7 @@ def gemm_is_linear(n: LNode) -> bool:
                                                     or (c_shape is not None and len(c_shape) == 1))
 
 
-@lowering("LayerNormalization")
+@LOWERINGS.register("LayerNormalization")
 def _ln(b, n):
     if len(n.outputs) > 1 and any(o.uses for o in n.outputs[1:]):
         raise UnsupportedError(f"node {n.name}: LayerNormalization mean / inv-std outputs")
@@ -617,7 +606,7 @@ def _residual_is_dead_after(b, value, node) -> bool:
     return sum(1 for u, _ in value.uses if u is node) == 1
 
 
-@lowering("FusedConv", domain="aiacc")
+@LOWERINGS.register("aiacc::FusedConv")
 def _fused_conv(b, n):
     act, params = n.attr("activation", ""), n.attr("activation_params")
     residual = n.arg(3) if n.n_inputs > 3 and n.values[3] is not None else None
@@ -638,7 +627,7 @@ def _fused_conv(b, n):
     return activation(b, y, act, params, b.inplace_ok)
 
 
-@lowering("FusedGemm", domain="aiacc")
+@LOWERINGS.register("aiacc::FusedGemm")
 def _fused_gemm(b, n):
     act, params = n.attr("activation", ""), n.attr("activation_params")
     if b.inference and gemm_is_linear(n):
@@ -649,7 +638,7 @@ def _fused_gemm(b, n):
     return activation(b, y, act, params, b.inplace_ok)
 
 
-@lowering("FusedMatMul", domain="aiacc")
+@LOWERINGS.register("aiacc::FusedMatMul")
 def _fused_matmul(b, n):
     """act(x @ W + bias) as a linear with W^T (a constant W is transposed once, at export)."""
     act, params = n.attr("activation", ""), n.attr("activation_params")
@@ -669,7 +658,7 @@ def _fused_matmul(b, n):
     return activation(b, y, act, params, b.inplace_ok)
 
 
-@lowering("Attention", domain="aiacc")
+@LOWERINGS.register("aiacc::Attention")
 def _attention(b, n):
     q, k, v = n.arg(0), n.arg(1), n.arg(2)
     if n.attr("k_transposed"):
@@ -680,13 +669,9 @@ def _attention(b, n):
     return b.call(F.scaled_dot_product_attention, q, k, v, attn_mask=mask, scale=float(n.attr("scale", 1.0)))
 
 
-@lowering("FusedElementwise", domain="aiacc")
+@LOWERINGS.register("aiacc::FusedElementwise")
 def _fused_elementwise(b, n):
     """The program's statements as torch ops (torch fuses nothing here, but each op is one vectorized call)."""
-    from aiacc.core.ops import get_schema
-    from aiacc.core.ops.fused import parse_program
-    from aiacc.plugins.torch.exporter import LOWERINGS, resolved_attrs
-
     env = {f"i{k}": n.arg(k) for k in range(n.n_inputs)}
     consts = {f"i{k}": n.const(k) for k in range(n.n_inputs)}
     last = None
@@ -699,7 +684,7 @@ def _fused_elementwise(b, n):
         sub.const = (lambda cs: lambda i: cs[i] if i < len(cs) else None)([consts.get(a) for a in args])
         sub.values = [object()] * len(args)  # every operand present
         sub.shape = (lambda i: None)
-        out = LOWERINGS[("", op_type)](b, sub)
+        out = LOWERINGS[op_type](b, sub)
         last = env[target] = out[0] if isinstance(out, list) else out
         consts[target] = None
     return last

@@ -17,8 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiacc.core.ir import Value
-from aiacc.plugins.torch import convert
-from aiacc.plugins.torch.convert import Untranslatable, dropout, layer_norm, linear, tensor
+from aiacc.core.ops import get_schema
+from aiacc.core.translate import Untranslatable
+from aiacc.plugins.torch.import_ops.common import need, rank, tensor
+from aiacc.plugins.torch.import_ops.nn import dropout, layer_norm, linear
+from aiacc.plugins.torch.importer import FUNCTIONS, LEAF_MODULES, MODULES
 
 
 def _bind(fn, args, kwargs) -> dict:
@@ -30,7 +33,7 @@ def _bind(fn, args, kwargs) -> dict:
 def sdpa(imp, q: Value, k: Value, v: Value, mask: Value | None, p: float, active: bool, scale: float,
          causal: bool = False) -> tuple[Value, Value]:
     """softmax(q k^T * scale + mask) v on (N, H, L, D) tensors; returns (context, weights)."""
-    r = convert.rank(k)
+    r = rank(k)
     perm = list(range(r))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = imp.op("Mul", imp.op("MatMul", q, imp.op("Transpose", k, perm=perm)), imp.scalar_like(scale, q))
@@ -49,7 +52,7 @@ def sdpa(imp, q: Value, k: Value, v: Value, mask: Value | None, p: float, active
     return imp.op("MatMul", weights, v), weights
 
 
-@convert.function(F.scaled_dot_product_attention)
+@FUNCTIONS.register(F.scaled_dot_product_attention)
 def _f_sdpa(imp, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     q, k, v = tensor(query), tensor(key), tensor(value)
     if enable_gqa:
@@ -69,7 +72,7 @@ def _rows(imp, w: Value, start: int, stop: int) -> Value:
     """w[start:stop] along axis 0 (Slice when the IR has it, else Gather of the row indices)."""
     if w.const is not None:
         return imp.const(w.const[start:stop])
-    if convert.get_schema("Slice") is not None:
+    if get_schema("Slice") is not None:
         return imp.op("Slice", w, imp.ints([start]), imp.ints([stop]), imp.ints([0]))
     return imp.op("Gather", w, imp.const(np.arange(start, stop, dtype=np.int64)), axis=0)
 
@@ -80,7 +83,7 @@ def multi_head_attention(imp, m: nn.MultiheadAttention, query, key, value, key_p
     query, key, value = tensor(query), tensor(key), tensor(value)
     if m.bias_k is not None or m.add_zero_attn:
         raise Untranslatable("add_bias_kv / add_zero_attn")
-    if convert.rank(query) != 3:
+    if rank(query) != 3:
         raise Untranslatable("unbatched attention")
     e, h = m.embed_dim, m.num_heads
     d = e // h
@@ -116,7 +119,7 @@ def multi_head_attention(imp, m: nn.MultiheadAttention, query, key, value, key_p
     if not need_weights:
         return out, None
     if average_attn_weights:
-        convert.need("ReduceMean")
+        need("ReduceMean")
         weights = imp.op("ReduceMean", weights, imp.ints([1]), keepdims=0)
     return out, weights
 
@@ -128,7 +131,7 @@ def _combine_masks(imp, attn_mask, key_padding_mask, q: Value):
         if mask is None:
             continue
         mask = tensor(mask, f"{kind} mask")
-        r = convert.rank(mask)
+        r = rank(mask)
         if kind == "kpm":  # (N, S) -> (N, 1, 1, S)
             mask = imp.op("Unsqueeze", mask, imp.ints([1, 2]))
         elif r == 3:  # (N*H, L, S) -> (N, H, L, S)
@@ -141,7 +144,7 @@ def _combine_masks(imp, attn_mask, key_padding_mask, q: Value):
     return masks[0] if len(masks) == 1 else imp.op("Add", masks[0], masks[1])
 
 
-@convert.module(nn.MultiheadAttention)
+@MODULES.register(nn.MultiheadAttention)
 def _m_mha(imp, m, *args, **kwargs):
     return multi_head_attention(imp, m, **_bind(m.forward, args, kwargs))
 
@@ -186,12 +189,12 @@ def encoder_layer(imp, m: nn.TransformerEncoderLayer, src, src_mask=None, src_ke
     return x
 
 
-@convert.module(nn.TransformerEncoderLayer)
+@MODULES.register(nn.TransformerEncoderLayer)
 def _m_encoder_layer(imp, m, *args, **kwargs):
     return encoder_layer(imp, m, **_bind(m.forward, args, kwargs))
 
 
-@convert.module(nn.TransformerEncoder)
+@MODULES.register(nn.TransformerEncoder)
 def _m_encoder(imp, m, *args, **kwargs):
     a = _bind(m.forward, args, kwargs)
     x = a["src"]
@@ -207,4 +210,6 @@ def _m_encoder(imp, m, *args, **kwargs):
     return x
 
 
-convert.LEAF_TYPES = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+# fx leaves: traced as one call each, so the converters above see the whole module
+for _leaf in (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder):
+    LEAF_MODULES.add(_leaf, "aiacc writes out the math of its Python path")

@@ -1,0 +1,15 @@
+"""The torch importer's op tables, by op family: each module registers its converters in the tables of
+aiacc.plugins.torch.importer (FUNCTIONS, METHODS, MODULES, ATEN, LEAF_MODULES). Importing this package
+fills them; the importer never imports its tables (the plugin does, see translator.py).
+
+  common       argument checks shared by every converter
+  nn           dropout, linear algebra, convolution, normalization, pooling, resampling
+  shape        views, reshapes, indexing, copies and dtype conversion, padding, rearrangements
+  reduce       reductions and statistics
+  elementwise  arithmetic, activations, comparisons and logic, max / min
+  attention    scaled dot-product attention, MultiheadAttention, Transformer encoder layers (fx leaves)
+  aten         aten OpOverloads (torch.export programs) whose arguments differ from the torch function
+"""
+from aiacc.plugins.torch.import_ops import common, nn, shape, reduce, elementwise, attention, aten  # noqa: F401
+
+__all__ = ["common", "nn", "shape", "reduce", "elementwise", "attention", "aten"]

@@ -1,0 +1,483 @@
+"""Converters of the neural-network layers: dropout, linear algebra, convolution, normalization, pooling and
+resampling (torch functions, Tensor methods and nn modules)."""
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aiacc.core.translate import Untranslatable
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
+from aiacc.plugins.torch.import_ops.common import _pair, need, norm_axis, rank, tensor
+
+
+# ------------------------------------------------------------------------------------- dropout
+def dropout(imp, x, p: float, active: bool):
+    """Dropout with the ratio and training flag as constant inputs (identity unless active)."""
+    x = tensor(x)
+    return imp.op("Dropout", x, imp.const(np.float32(p)), imp.const(np.bool_(active and p > 0)))
+
+
+@FUNCTIONS.register(F.dropout)
+def _f_dropout(imp, x, p=0.5, training=True, inplace=False):
+    return dropout(imp, x, p, bool(training) and imp.training)
+
+
+@MODULES.register(nn.Dropout)
+def _m_dropout(imp, m, x):
+    return dropout(imp, x, m.p, imp.module_training(m))
+
+
+@MODULES.register(nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
+def _m_channel_dropout(imp, m, x):
+    if imp.module_training(m) and m.p > 0:
+        raise Untranslatable("channel-wise dropout in training")
+    return dropout(imp, x, m.p, False)
+
+
+# ---------------------------------------------------------------------------------- linear algebra
+@FUNCTIONS.register(operator.matmul, torch.matmul, torch.mm, torch.bmm)
+@METHODS.register("matmul", "mm", "bmm", "__matmul__")
+def _matmul(imp, a, b):
+    a, b = tensor(a), tensor(b)
+    if a.dtype != b.dtype:
+        raise Untranslatable("operands of different dtypes")
+    return imp.op("MatMul", a, b)
+
+
+def linear(imp, x: Value, w: Value, b: Value | None) -> Value:
+    """y = x W^T + b: Gemm for matrices, MatMul + Add otherwise (both lower to F.linear)."""
+    x = tensor(x)
+    if rank(x) == 2:
+        return imp.op("Gemm", x, w, b, transB=1) if b is not None else imp.op("Gemm", x, w, transB=1)
+    y = imp.op("MatMul", x, imp.op("Transpose", w, perm=[1, 0]))
+    return y if b is None else imp.op("Add", y, b)
+
+
+@FUNCTIONS.register(F.linear)
+def _f_linear(imp, x, weight, bias=None):
+    return linear(imp, x, tensor(weight, "weight"), bias)
+
+
+@MODULES.register(nn.Linear)
+def _m_linear(imp, m, x):
+    return linear(imp, x, imp.param(m, "weight"), imp.param(m, "bias"))
+
+
+@FUNCTIONS.register(F.embedding)
+def _f_embedding(imp, idx, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 sparse=False):
+    if max_norm is not None or scale_grad_by_freq:
+        raise Untranslatable("max_norm / scale_grad_by_freq")
+    if padding_idx is not None and imp.training:
+        raise Untranslatable("padding_idx in training (its row gets no gradient)")
+    return imp.op("Gather", tensor(weight), tensor(idx), axis=0)
+
+
+@MODULES.register(nn.Embedding)
+def _m_embedding(imp, m, idx):
+    if m.max_norm is not None or m.scale_grad_by_freq:
+        raise Untranslatable("max_norm / scale_grad_by_freq")
+    if m.padding_idx is not None and imp.module_training(m):
+        raise Untranslatable("padding_idx in training (its row gets no gradient)")
+    return imp.op("Gather", imp.param(m, "weight"), tensor(idx), axis=0)
+
+
+# ---------------------------------------------------------------------------------- convolution
+def conv(imp, x, w, b, stride, padding, dilation, groups, n: int):
+    x = tensor(x)
+    kernel = list(w.shape[2:])
+    strides, dilations = _pair(stride, n), _pair(dilation, n)
+    if padding == "valid":
+        pads = [0] * (2 * n)
+    elif padding == "same":
+        total = [d * (k - 1) for d, k in zip(dilations, kernel)]
+        pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+    else:
+        p = _pair(padding, n)
+        pads = p + p
+    if rank(x) != n + 2:
+        raise Untranslatable(f"unbatched {n}-d convolution")
+    return imp.op("Conv", x, w, b, kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations,
+                  group=int(groups))
+
+
+@MODULES.register(nn.Conv1d, nn.Conv2d, nn.Conv3d)
+def _m_conv(imp, m, x):
+    if m.padding_mode != "zeros":
+        raise Untranslatable(f"padding_mode={m.padding_mode}")
+    n = len(m.kernel_size)
+    return conv(imp, x, imp.param(m, "weight"), imp.param(m, "bias"), m.stride, m.padding, m.dilation, m.groups, n)
+
+
+def _f_conv(n):
+    def convert(imp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return conv(imp, x, tensor(weight), bias, stride, padding, dilation, groups, n)
+    return convert
+
+
+FUNCTIONS.update({F.conv1d: _f_conv(1), F.conv2d: _f_conv(2), F.conv3d: _f_conv(3)})
+
+
+@MODULES.register(nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+def _m_convt(imp, m, x, output_size=None):
+    if output_size is not None or m.padding_mode != "zeros":
+        raise Untranslatable("output_size= or padding_mode")
+    x = tensor(x)
+    n = len(m.kernel_size)
+    p = _pair(m.padding, n)
+    return imp.op("ConvTranspose", x, imp.param(m, "weight"), imp.param(m, "bias"), kernel_shape=list(m.kernel_size),
+                  strides=_pair(m.stride, n), pads=p + p, dilations=_pair(m.dilation, n), group=int(m.groups),
+                  output_padding=_pair(m.output_padding, n))
+
+
+# ---------------------------------------------------------------------------------- normalization
+def batch_norm(imp, x, mean, var, weight, bias, training, momentum, eps, bn_module=None):
+    x = tensor(x)
+    c = imp.shape_of(x)[1]
+    dtype = x.dtype
+    if weight is None:
+        weight = imp.const(np.ones(c, dtype))
+    if bias is None:
+        bias = imp.const(np.zeros(c, dtype))
+    if not training:
+        if mean is None:
+            raise Untranslatable("inference without running statistics")
+        return imp.op("BatchNormalization", x, weight, bias, mean, var, epsilon=float(eps))
+    if momentum is None:
+        raise Untranslatable("cumulative moving average (momentum=None)")
+    if mean is None:  # batch statistics only: the stats inputs are placeholders, never updated
+        mean, var = imp.const(np.zeros(c, dtype)), imp.const(np.ones(c, dtype))
+    y, _, _ = imp.op("BatchNormalization", x, weight, bias, mean, var, epsilon=float(eps),
+                     momentum=float(1.0 - momentum), training_mode=1, outputs=3)
+    if bn_module is not None and bn_module.track_running_stats and bn_module.num_batches_tracked is not None:
+        counter = imp.param(bn_module, "num_batches_tracked")
+        y.producer.meta["torch.num_batches_tracked"] = counter.name
+    return y
+
+
+@MODULES.register(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+def _m_bn(imp, m, x):
+    training = imp.module_training(m) or not m.track_running_stats
+    mean = imp.param(m, "running_mean") if m.track_running_stats else None
+    var = imp.param(m, "running_var") if m.track_running_stats else None
+    return batch_norm(imp, x, mean, var, imp.param(m, "weight"), imp.param(m, "bias"), training,
+                      m.momentum, m.eps, m if imp.module_training(m) else None)
+
+
+@FUNCTIONS.register(F.batch_norm)
+def _f_bn(imp, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    training = bool(training) and imp.training
+    if training and running_mean is not None:
+        raise Untranslatable("functional batch_norm updating tensors in training")
+    return batch_norm(imp, x, running_mean, running_var, weight, bias, training or running_mean is None,
+                      momentum, eps)
+
+
+def layer_norm(imp, x, normalized_shape, weight, bias, eps):
+    x = tensor(x)
+    n = len(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else 1
+    if weight is None:
+        weight = imp.const(np.ones(imp.shape_of(x)[-n:], x.dtype))
+    if bias is None:  # explicit zeros: onnxruntime 1.32 crashes on a LayerNormalization without its bias
+        bias = imp.const(np.zeros(imp.shape_of(x)[-n:], x.dtype))
+    return imp.op("LayerNormalization", x, weight, bias, axis=-n, epsilon=float(eps))
+
+
+@FUNCTIONS.register(F.layer_norm)
+def _f_ln(imp, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return layer_norm(imp, x, normalized_shape, weight, bias, eps)
+
+
+@MODULES.register(nn.LayerNorm)
+def _m_ln(imp, m, x):
+    return layer_norm(imp, x, m.normalized_shape, imp.param(m, "weight"), imp.param(m, "bias"), m.eps)
+
+
+# ---------------------------------------------------------------------------------- pooling
+def _pool(imp, op_name, x, kernel_size, stride, padding, dilation, ceil_mode, n, **extra):
+    x = tensor(x)
+    if rank(x) != n + 2:
+        raise Untranslatable(f"unbatched {n}-d pooling")
+    kernel = _pair(kernel_size, n)
+    strides = _pair(stride if stride not in (None, [], ()) else kernel, n)
+    p = _pair(padding, n)
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=p + p, ceil_mode=int(bool(ceil_mode)), **extra)
+    if dilation is not None and any(d != 1 for d in _pair(dilation, n)):
+        attrs["dilations"] = _pair(dilation, n)
+    return imp.op(op_name, x, **attrs)
+
+
+@MODULES.register(nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+def _m_maxpool(imp, m, x):
+    if m.return_indices:
+        raise Untranslatable("return_indices")
+    n = {nn.MaxPool1d: 1, nn.MaxPool2d: 2, nn.MaxPool3d: 3}[type(m)]
+    return _pool(imp, "MaxPool", x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, n)
+
+
+def _f_maxpool(n):
+    def convert(imp, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+        if return_indices:
+            raise Untranslatable("return_indices")
+        return _pool(imp, "MaxPool", x, kernel_size, stride, padding, dilation, ceil_mode, n)
+    return convert
+
+
+FUNCTIONS.update({F.max_pool1d: _f_maxpool(1), F.max_pool2d: _f_maxpool(2), F.max_pool3d: _f_maxpool(3)})
+
+
+def _avgpool(imp, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n):
+    if divisor_override is not None:
+        raise Untranslatable("divisor_override")
+    return _pool(imp, "AveragePool", x, kernel_size, stride, padding, None, ceil_mode, n,
+                 count_include_pad=int(bool(count_include_pad)))
+
+
+@MODULES.register(nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)
+def _m_avgpool(imp, m, x):
+    n = {nn.AvgPool1d: 1, nn.AvgPool2d: 2, nn.AvgPool3d: 3}[type(m)]
+    return _avgpool(imp, x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad,
+                    getattr(m, "divisor_override", None), n)
+
+
+def _f_avgpool(n):
+    def convert(imp, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+        return _avgpool(imp, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n)
+    return convert
+
+
+FUNCTIONS.update({F.avg_pool1d: _f_avgpool(1), F.avg_pool2d: _f_avgpool(2), F.avg_pool3d: _f_avgpool(3)})
+
+
+def adaptive_pool(imp, x, output_size, n: int, kind: str):
+    """Adaptive pooling: global pooling for output 1, a plain pool when the input divides evenly."""
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) != n + 2:
+        raise Untranslatable(f"unbatched adaptive pooling")
+    spatial = list(shape[2:])
+    out = [s if o is None else int(o) for o, s in zip(_pair(output_size, n) if not isinstance(output_size, (list, tuple))
+                                                       else output_size, spatial)]
+    if all(o == 1 for o in out):
+        return imp.op("GlobalAveragePool" if kind == "avg" else "GlobalMaxPool", x)
+    if any(s % o for s, o in zip(spatial, out)):
+        # uneven windows: pooling is separable, so reduce one axis at a time over its exact windows
+        if sum(o for s, o in zip(spatial, out) if s != o) > 64:
+            raise Untranslatable(f"input {spatial} does not divide into output {out} (too many windows)")
+        need("Slice")
+        y = x
+        for i, (s, o) in enumerate(zip(spatial, out)):
+            if s != o:
+                y = _adaptive_axis(imp, y, 2 + i, s, o, kind)
+        return y
+    k = [s // o for s, o in zip(spatial, out)]
+    if kind == "avg":
+        return imp.op("AveragePool", x, kernel_shape=k, strides=k)
+    return imp.op("MaxPool", x, kernel_shape=k, strides=k)
+
+
+for _n, _m, _f in ((1, nn.AdaptiveAvgPool1d, F.adaptive_avg_pool1d), (2, nn.AdaptiveAvgPool2d, F.adaptive_avg_pool2d),
+                   (3, nn.AdaptiveAvgPool3d, F.adaptive_avg_pool3d)):
+    MODULES[_m] = (lambda n: lambda imp, m, x: adaptive_pool(imp, x, m.output_size, n, "avg"))(_n)
+    FUNCTIONS[_f] = (lambda n: lambda imp, x, output_size: adaptive_pool(imp, x, output_size, n, "avg"))(_n)
+def _f_adaptive_max(n):
+    def convert(imp, x, output_size, return_indices=False):
+        if return_indices:
+            raise Untranslatable("return_indices")
+        return adaptive_pool(imp, x, output_size, n, "max")
+    return convert
+
+
+FUNCTIONS.update({F.adaptive_max_pool1d: _f_adaptive_max(1), F.adaptive_max_pool2d: _f_adaptive_max(2),
+                  F.adaptive_max_pool3d: _f_adaptive_max(3)})
+for _n, _m in ((1, nn.AdaptiveMaxPool1d), (2, nn.AdaptiveMaxPool2d), (3, nn.AdaptiveMaxPool3d)):
+    MODULES[_m] = (lambda n: lambda imp, m, x: adaptive_pool(imp, x, m.output_size, n, "max")
+                   if not m.return_indices else (_ for _ in ()).throw(Untranslatable("return_indices")))(_n)
+
+
+@FUNCTIONS.register(F.pad)
+def _f_pad(imp, x, pad, mode="constant", value=None):
+    x = tensor(x)
+    need("Pad")
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    if mode not in modes:
+        raise Untranslatable(f"mode {mode}")
+    r = rank(x)
+    k = len(pad) // 2
+    # torch lists (begin, end) pairs from the last axis backwards; ONNX wants all begins then all ends
+    axes = [r - 1 - i for i in range(k)]
+    begins = [int(pad[2 * i]) for i in range(k)]
+    ends = [int(pad[2 * i + 1]) for i in range(k)]
+    cv = None if value in (None, 0, 0.0) or mode != "constant" else imp.scalar_like(value, x)
+    return imp.op("Pad", x, imp.ints(begins + ends), cv, imp.ints(axes), mode=modes[mode])
+
+
+# ---------------------------------------------------------------------------------- resampling
+_NEAREST = {"nearest": ("asymmetric", "floor"), "nearest-exact": ("half_pixel", "round_prefer_ceil")}
+_LINEAR = {"linear": ("linear", 1), "bilinear": ("linear", 2), "trilinear": ("linear", 3), "bicubic": ("cubic", 2)}
+
+
+def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """F.interpolate as Resize over the spatial axes (the batch axis stays free)."""
+    x = tensor(x)
+    need("Resize")
+    shape = imp.shape_of(x)
+    n = len(shape) - 2
+    example = imp.example_of()
+    if n < 1 or not isinstance(example, torch.Tensor):
+        raise Untranslatable("input without spatial axes")
+    out = [int(d) for d in example.shape[2:]]
+    if antialias:
+        raise Untranslatable("antialias")
+    if mode == "area":
+        return adaptive_pool(imp, x, out, n, "avg")
+    if mode in _NEAREST:
+        ctm, nearest_mode = _NEAREST[mode]
+        attrs = dict(mode="nearest", coordinate_transformation_mode=ctm, nearest_mode=nearest_mode)
+    elif mode in _LINEAR:
+        kind, dims = _LINEAR[mode]
+        if dims != n:
+            raise Untranslatable(f"mode {mode} on a {n}-d input")
+        attrs = dict(mode=kind, coordinate_transformation_mode="align_corners" if align_corners else "half_pixel")
+        if kind == "cubic":
+            attrs["cubic_coeff_a"] = -0.75
+    else:
+        raise Untranslatable(f"mode {mode}")
+    axes = list(range(2, n + 2))
+    if size is not None or recompute_scale_factor:
+        return imp.op("Resize", x, None, None, imp.ints(out), axes=axes, **attrs)
+    scales = np.array([float(s) for s in _pair(scale_factor, n)], np.float32)
+    if [int(math.floor(float(s) * d)) for s, d in zip(scales, shape[2:])] != out:
+        raise Untranslatable(f"scale_factor {scale_factor} in float32 gives another output size than {out}")
+    return imp.op("Resize", x, None, imp.const(scales), None, axes=axes, **attrs)
+
+
+FUNCTIONS[F.interpolate] = interpolate
+FUNCTIONS[F.upsample] = interpolate
+
+
+@FUNCTIONS.register(F.upsample_nearest)
+def _upsample_nearest(imp, x, size=None, scale_factor=None):
+    return interpolate(imp, x, size, scale_factor, "nearest")
+
+
+@FUNCTIONS.register(F.upsample_bilinear)
+def _upsample_bilinear(imp, x, size=None, scale_factor=None):
+    return interpolate(imp, x, size, scale_factor, "bilinear", align_corners=True)
+
+
+@MODULES.register(nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)
+def _m_upsample(imp, m, x):
+    return interpolate(imp, x, m.size, m.scale_factor, m.mode, m.align_corners,
+                       getattr(m, "recompute_scale_factor", None))
+
+
+def _adaptive_axis(imp, x, axis: int, in_len: int, out_len: int, kind: str):
+    """Exact adaptive pooling along one axis: output i reduces input [floor(i*L/n), ceil((i+1)*L/n))."""
+    reduce = "ReduceMean" if kind == "avg" else "ReduceMax"
+    parts = []
+    for i in range(out_len):
+        start, end = (i * in_len) // out_len, -(-((i + 1) * in_len) // out_len)
+        piece = imp.op("Slice", x, imp.ints([start]), imp.ints([end]), imp.ints([axis]))
+        parts.append(imp.op(reduce, piece, imp.ints([axis]), keepdims=1))
+    return parts[0] if len(parts) == 1 else imp.op("Concat", *parts, axis=axis)
+
+
+# ---------------------------------------------------------------------------------- more normalization
+def _channel_affine(imp, y, weight, bias, r: int):
+    """y * weight + bias with per-channel (axis 1) parameters."""
+    if weight is None and bias is None:
+        return y
+    shape = imp.ints([-1] + [1] * (r - 2))
+    if weight is not None:
+        y = imp.op("Mul", y, imp.op("Reshape", tensor(weight, "weight"), shape))
+    if bias is not None:
+        y = imp.op("Add", y, imp.op("Reshape", tensor(bias, "bias"), shape))
+    return y
+
+
+def group_norm(imp, x, groups: int, weight, bias, eps: float):
+    """GroupNorm: LayerNormalization over each group's (channels x spatial) view, then the channel affine."""
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) < 2 or shape[1] % groups:
+        raise Untranslatable(f"{shape[1] if len(shape) > 1 else '?'} channels in {groups} groups")
+    per_group = int(np.prod(shape[1:])) // groups
+    y = imp.op("Reshape", x, imp.ints([0, groups, per_group]))
+    y = imp.op("LayerNormalization", y, imp.const(np.ones(per_group, x.dtype)), imp.const(np.zeros(per_group, x.dtype)),
+               axis=-1, epsilon=float(eps))
+    y = imp.op("Reshape", y, imp.ints([0] + list(shape[1:])))
+    return _channel_affine(imp, y, weight, bias, len(shape))
+
+
+@FUNCTIONS.register(F.group_norm)
+def _f_group_norm(imp, x, num_groups, weight=None, bias=None, eps=1e-5):
+    return group_norm(imp, x, int(num_groups), weight, bias, eps)
+
+
+@MODULES.register(nn.GroupNorm)
+def _m_group_norm(imp, m, x):
+    return group_norm(imp, x, m.num_groups, imp.param(m, "weight"), imp.param(m, "bias"), m.eps)
+
+
+def instance_norm(imp, x, running_mean, running_var, weight, bias, use_input_stats, eps):
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    if len(shape) < 3:
+        raise Untranslatable("unbatched instance norm")
+    if use_input_stats:
+        return group_norm(imp, x, shape[1], weight, bias, eps)
+    return batch_norm(imp, x, running_mean, running_var, weight, bias, False, 0.1, eps)
+
+
+@FUNCTIONS.register(F.instance_norm)
+def _f_instance_norm(imp, x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                     momentum=0.1, eps=1e-5):
+    if use_input_stats and running_mean is not None:
+        raise Untranslatable("instance norm updating running statistics")
+    return instance_norm(imp, x, running_mean, running_var, weight, bias, use_input_stats, eps)
+
+
+@MODULES.register(nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
+def _m_instance_norm(imp, m, x):
+    use_input_stats = m.training or not m.track_running_stats
+    if imp.mode == "inference":
+        use_input_stats = not m.track_running_stats
+    if use_input_stats and m.track_running_stats:
+        raise Untranslatable("instance norm updating running statistics in training")
+    x = tensor(x)
+    if len(imp.shape_of(x)) != {nn.InstanceNorm1d: 3, nn.InstanceNorm2d: 4, nn.InstanceNorm3d: 5}[type(m)]:
+        raise Untranslatable("unbatched instance norm")
+    mean = imp.param(m, "running_mean") if m.track_running_stats else None
+    var = imp.param(m, "running_var") if m.track_running_stats else None
+    w = imp.param(m, "weight") if m.affine else None
+    b = imp.param(m, "bias") if m.affine else None
+    return instance_norm(imp, x, mean, var, w, b, use_input_stats, m.eps)
+
+
+@FUNCTIONS.register(F.normalize)
+def _f_normalize(imp, x, p=2.0, dim=1, eps=1e-12, out=None):
+    x = tensor(x)
+    if p != 2 or out is not None:
+        raise Untranslatable("p != 2 or out=")
+    axis = norm_axis(dim, rank(x))
+    norm = imp.op("Sqrt", imp.op("ReduceSum", imp.op("Mul", x, x), imp.ints([axis]), keepdims=1))
+    return imp.op("Div", x, imp.op("Max", norm, imp.scalar_like(eps, x)))
+
+
+@FUNCTIONS.register(torch.addmm)
+def _addmm(imp, bias, m1, m2, *, beta=1, alpha=1):
+    y = imp.op("MatMul", tensor(m1), tensor(m2))
+    if alpha != 1:
+        y = imp.op("Mul", y, imp.scalar_like(alpha, y))
+    b = tensor(bias, "bias")
+    if beta != 1:
+        b = imp.op("Mul", b, imp.scalar_like(beta, b))
+    return imp.op("Add", y, b)
