@@ -91,12 +91,12 @@ class SymbolOpaqueBackend(OpaqueBackend):
         likely opaque ones), so a model with many opaque nodes costs one inference, not one per node."""
         if self._batched is not None:
             return self._batched
-        from aiacc.plugins.mxnet.importer import _CONVERTERS
+        from aiacc.plugins.mxnet.importer import converters
 
         self._batched = {}
         heads: list[list[int]] = []
         for i, raw in enumerate(self._doc.get("nodes", [])):
-            if not isinstance(raw, dict) or raw.get("op") in ("null", None) or raw["op"] in _CONVERTERS:
+            if not isinstance(raw, dict) or raw.get("op") in ("null", None) or raw["op"] in converters:
                 continue
             node = MxNode(i, raw["op"], str(raw.get("name")), dict(raw.get("attrs", raw.get("attr", {})) or {}),
                           [tuple(r[:2]) for r in raw.get("inputs", [])],

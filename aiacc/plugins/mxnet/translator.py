@@ -15,8 +15,10 @@ import numpy as np
 from aiacc.core.ir import Graph, TensorType
 from aiacc.errors import KernelError, ShapeError, UnsupportedError
 from aiacc.plugins.base import Translator
+from aiacc.plugins.mxnet import export_ops, import_ops  # noqa: F401  (fill the op tables; no mxnet import)
 from aiacc.plugins.mxnet._import import import_mxnet
-from aiacc.plugins.mxnet.symjson import MxSymbol, parse_symbol_json
+from aiacc.plugins.mxnet.model import MXNetModel, read_model
+from aiacc.plugins.mxnet.symjson import parse_symbol_json
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -48,28 +50,6 @@ def gluon_input_names(n: int) -> list[str]:
     return ["data"] if n == 1 else [f"data{i}" for i in range(n)]
 
 
-class MXNetModel:
-    """A symbol with its parameters, as read from a triple or from files (what `trace` translates)."""
-
-    def __init__(self, symbol: MxSymbol, symbol_json: str, arg_params: Mapping[str, np.ndarray],
-                 aux_params: Mapping[str, np.ndarray], source: str):
-        self.symbol = symbol
-        self.symbol_json = symbol_json
-        self.arg_params = dict(arg_params)
-        self.aux_params = dict(aux_params)
-        self.source = source
-
-    @property
-    def params(self) -> dict[str, np.ndarray]:
-        return {**self.arg_params, **self.aux_params}
-
-    def free_variables(self) -> list[str]:
-        """Variables read by the symbol that no parameter covers, in file order (the model inputs)."""
-        used = {i for n in self.symbol.nodes for i, _ in n.inputs} | {i for i, _ in self.symbol.heads}
-        params = self.params
-        return [n.name for n in self.symbol.nodes if n.is_variable and n.index in used and n.name not in params]
-
-
 def _nd_params(d: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {k: _to_numpy(v) for k, v in (d or {}).items()}
 
@@ -79,8 +59,6 @@ def as_model(model: Any, example_inputs: Any = None, **options: Any) -> tuple[MX
     if isinstance(model, MXNetModel):
         return model, _input_names(model, example_inputs, options.get("input_names"))
     if isinstance(model, (str, os.PathLike)):
-        from aiacc.plugins.mxnet.files import read_model
-
         m = read_model(os.fspath(model))
         return m, _input_names(m, example_inputs, options.get("input_names"))
     mx = import_mxnet()

@@ -1,4 +1,5 @@
-"""One TensorFlow lowering per IR op (ONNX/NCHW semantics in, NHWC TF ops out where the layout allows)."""
+"""One TensorFlow lowering per IR op (ONNX/NCHW semantics in, NHWC TF ops out where the layout allows), registered
+in the exporter's table (`exporter.emitters`, keyed by the qualified op)."""
 from __future__ import annotations
 
 import base64
@@ -7,7 +8,7 @@ import numpy as np
 
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.tf._tf import same_pads, tf
-from aiacc.plugins.tf.exporter import NCHW_AXIS_TO_NHWC, TO_NCHW, TO_NHWC, Emitter, const_to_nhwc, emits
+from aiacc.plugins.tf.exporter import NCHW_AXIS_TO_NHWC, TO_NCHW, TO_NHWC, Emitter, const_to_nhwc, emitters
 
 INT_MAX = 2 ** 63 - 1
 
@@ -18,7 +19,7 @@ def _ints(node, key, default):
 
 
 # ------------------------------------------------------------------------------------------ plumbing
-@emits("Identity", "Dropout")
+@emitters.register("Identity", "Dropout")
 def _identity(ex: Emitter, node):
     t, f = ex.env_entry(node.inputs[0])
     ex.set(node.outputs[0], t, f)
@@ -26,7 +27,7 @@ def _identity(ex: Emitter, node):
         ex.set(node.outputs[1], tf().ones_like(ex.std(node.inputs[0]), dtype=tf().bool))
 
 
-@emits("Constant")
+@emitters.register("Constant")
 def _constant(ex, node):
     value = ex.const(node.outputs[0])
     if value is None:
@@ -36,13 +37,13 @@ def _constant(ex, node):
     ex.set(node.outputs[0], tf().constant(value))
 
 
-@emits("Cast")
+@emitters.register("Cast")
 def _cast(ex, node):
     t, f = ex.env_entry(node.inputs[0])
     ex.set(node.outputs[0], tf().cast(t, tf().as_dtype(node.attr("to"))), f)
 
 
-@emits("Shape")
+@emitters.register("Shape")
 def _shape(ex, node):
     s = tf().shape(ex.std(node.inputs[0]), out_type=tf().int64)
     start, end = node.attr("start", 0), node.attr("end")
@@ -97,10 +98,10 @@ def _tf_unary():
 for _name in ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
               "Round", "Sign", "Sin", "Cos", "Not", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu", "Gelu",
               "HardSigmoid", "HardSwish", "Mish"):
-    emits(_name)(_act(lambda n, x, _k=_name: _tf_unary()[_k](n, x)))
+    emitters.add(_name, _act(lambda n, x, _k=_name: _tf_unary()[_k](n, x)))
 
 
-@emits("Clip")
+@emitters.register("Clip")
 def _clip(ex, node):
     t, f = ex.env_entry(node.inputs[0])
     lo = ex.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
@@ -194,10 +195,10 @@ def _binary(fn_name):
 
 for _name in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
               "GreaterOrEqual", "Mod"):
-    emits(_name)(_binary(_name))
+    emitters.add(_name, _binary(_name))
 
 
-@emits("Max", "Min", "Sum", "Mean")
+@emitters.register("Max", "Min", "Sum", "Mean")
 def _variadic(ex, node):
     tfm = tf()
     ops, f = _broadcast_operands(ex, node)
@@ -210,13 +211,13 @@ def _variadic(ex, node):
     ex.set(node.outputs[0], y, f)
 
 
-@emits("Where")
+@emitters.register("Where")
 def _where(ex, node):
     ops, f = _broadcast_operands(ex, node)
     ex.set(node.outputs[0], tf().where(*ops), f)
 
 
-@emits("PRelu")
+@emitters.register("PRelu")
 def _prelu(ex, node):
     (x, s), f = _broadcast_operands(ex, node)
     tfm = tf()
@@ -296,7 +297,7 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
     return y
 
 
-@emits("Conv")
+@emitters.register("Conv")
 def _conv(ex, node):
     x_v, w_v = node.inputs[0], node.inputs[1]
     b_v = node.inputs[2] if len(node.inputs) > 2 else None
@@ -323,7 +324,7 @@ def _pool_padding(ex, node, x_v, kernel, strides, pad_value):
     return x, padding
 
 
-@emits("MaxPool")
+@emitters.register("MaxPool")
 def _maxpool(ex, node):
     kernel, strides = _ints(node, "kernel_shape", []), _ints(node, "strides", [1, 1])
     if len(kernel) != 2 or len(node.outputs) > 1:
@@ -333,7 +334,7 @@ def _maxpool(ex, node):
     ex.set(node.outputs[0], y, True)
 
 
-@emits("AveragePool")
+@emitters.register("AveragePool")
 def _avgpool(ex, node):
     kernel, strides = _ints(node, "kernel_shape", []), _ints(node, "strides", [1, 1])
     padding = _padding(node, node.inputs[0], kernel, strides, [1, 1])
@@ -357,7 +358,7 @@ def _avgpool(ex, node):
     ex.set(node.outputs[0], tf().nn.avg_pool2d(x, kernel, strides, padding), True)
 
 
-@emits("GlobalAveragePool", "GlobalMaxPool")
+@emitters.register("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -369,7 +370,7 @@ def _global_pool(ex, node):
         ex.set(node.outputs[0], fn(ex.std(x_v), axis=list(range(2, r)), keepdims=True))
 
 
-@emits("BatchNormalization")
+@emitters.register("BatchNormalization")
 def _batchnorm(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -388,7 +389,7 @@ def _batchnorm(ex, node):
     ex.set(node.outputs[0], (x - mean) * (scale * tfm.math.rsqrt(var + eps)) + bias)
 
 
-@emits("LRN")
+@emitters.register("LRN")
 def _lrn(ex, node):
     size = int(node.attr("size"))
     if size % 2 == 0:
@@ -401,7 +402,7 @@ def _lrn(ex, node):
 
 
 # ------------------------------------------------------------------------------------------ matmul
-@emits("MatMul")
+@emitters.register("MatMul")
 def _matmul(ex, node):
     tfm = tf()
     a, b = ex.std(node.inputs[0]), ex.std(node.inputs[1])
@@ -434,7 +435,7 @@ def _alpha_matmul(ex, node):
     return y, beta
 
 
-@emits("Gemm")
+@emitters.register("Gemm")
 def _gemm(ex, node):
     tfm = tf()
     y, beta = _alpha_matmul(ex, node)
@@ -457,7 +458,7 @@ def _axes_input(ex, node, idx=1):
     return None
 
 
-@emits("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+@emitters.register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
 def _reduce(ex, node):
     tfm = tf()
     fn = {"ReduceMean": tfm.reduce_mean, "ReduceSum": tfm.reduce_sum, "ReduceMax": tfm.reduce_max,
@@ -479,7 +480,7 @@ def _reduce(ex, node):
     ex.set(node.outputs[0], fn(ex.std(x_v), axis=axes, keepdims=keep))
 
 
-@emits("Softmax", "LogSoftmax")
+@emitters.register("Softmax", "LogSoftmax")
 def _softmax(ex, node):
     tfm = tf()
     fn = tfm.nn.softmax if node.op == "Softmax" else tfm.nn.log_softmax
@@ -492,7 +493,7 @@ def _softmax(ex, node):
     ex.set(node.outputs[0], fn(ex.std(x_v), axis=axis))
 
 
-@emits("LayerNormalization")
+@emitters.register("LayerNormalization")
 def _layernorm(ex, node):
     tfm = tf()
     x = ex.std(node.inputs[0])
@@ -512,7 +513,7 @@ def _spatial_ones(v) -> bool:
     return v.shape is not None and len(v.shape) == 4 and v.shape[2] == 1 and v.shape[3] == 1
 
 
-@emits("Reshape")
+@emitters.register("Reshape")
 def _reshape(ex, node):
     tfm = tf()
     x_v, s_v = node.inputs
@@ -539,7 +540,7 @@ def _reshape(ex, node):
     ex.set(out, tfm.reshape(x, target))
 
 
-@emits("Flatten")
+@emitters.register("Flatten")
 def _flatten(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -557,7 +558,7 @@ def _flatten(ex, node):
     ex.set(node.outputs[0], y)
 
 
-@emits("Transpose")
+@emitters.register("Transpose")
 def _transpose(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -576,7 +577,7 @@ def _transpose(ex, node):
         ex.set(node.outputs[0], tfm.transpose(t, perm), False)
 
 
-@emits("Squeeze")
+@emitters.register("Squeeze")
 def _squeeze(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -588,7 +589,7 @@ def _squeeze(ex, node):
     ex.set(node.outputs[0], tfm.squeeze(ex.std(x_v), axis=axes))
 
 
-@emits("Unsqueeze")
+@emitters.register("Unsqueeze")
 def _unsqueeze(ex, node):
     tfm = tf()
     x = ex.std(node.inputs[0])
@@ -599,7 +600,7 @@ def _unsqueeze(ex, node):
     ex.set(node.outputs[0], x)
 
 
-@emits("Concat")
+@emitters.register("Concat")
 def _concat(ex, node):
     tfm = tf()
     axis = int(node.attr("axis"))
@@ -609,7 +610,7 @@ def _concat(ex, node):
     ex.set(node.outputs[0], tfm.concat(ops, axis=axis), f)
 
 
-@emits("Split")
+@emitters.register("Split")
 def _split(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -626,7 +627,7 @@ def _split(ex, node):
         ex.set(v, o, f)
 
 
-@emits("Slice")
+@emitters.register("Slice")
 def _slice(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -652,7 +653,7 @@ def _slice(ex, node):
     ex.set(node.outputs[0], y)
 
 
-@emits("Pad")
+@emitters.register("Pad")
 def _pad(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
@@ -683,7 +684,7 @@ def _pad(ex, node):
     ex.set(node.outputs[0], y, f)
 
 
-@emits("Gather")
+@emitters.register("Gather")
 def _gather(ex, node):
     tfm = tf()
     data_v, idx_v = node.inputs
@@ -699,7 +700,7 @@ def _gather(ex, node):
     ex.set(node.outputs[0], tfm.gather(ex.std(data_v), indices, axis=axis))
 
 
-@emits("Expand")
+@emitters.register("Expand")
 def _expand(ex, node):
     tfm = tf()
     x = ex.std(node.inputs[0])
@@ -708,7 +709,7 @@ def _expand(ex, node):
                                                                             shape)))
 
 
-@emits("Tile")
+@emitters.register("Tile")
 def _tile(ex, node):
     x_v = node.inputs[0]
     reps = ex.const(node.inputs[1])
@@ -720,7 +721,7 @@ def _tile(ex, node):
 
 
 # ------------------------------------------------------------------------------------------ opaque TF ops
-@emits("*", domain="tf")
+@emitters.register("tf::*")
 def _tf_opaque(ex, node):
     from aiacc.plugins.tf.importer import rebuild_node
 
@@ -786,7 +787,7 @@ def _activation(node, y):
     raise UnsupportedError(f"node {node.name} ({node.qualified_op}): activation {act!r} has no TF lowering")
 
 
-@emits("FusedConv", domain="aiacc")
+@emitters.register("aiacc::FusedConv")
 def _fused_conv(ex, node):
     """Conv2D + BiasAdd (+ Add residual) + activation: the chain Grappler's remapper turns into _FusedConv2D."""
     tfm = tf()
@@ -803,7 +804,7 @@ def _fused_conv(ex, node):
     ex.set(node.outputs[0], _activation(node, y), True)
 
 
-@emits("FusedGemm", domain="aiacc")
+@emitters.register("aiacc::FusedGemm")
 def _fused_gemm(ex, node):
     """MatMul + BiasAdd + activation (Grappler fuses it into _FusedMatMul)."""
     tfm = tf()
@@ -818,7 +819,7 @@ def _fused_gemm(ex, node):
 
 
 # ------------------------------------------------------------------------------------------ transposed conv
-@emits("ConvTranspose")
+@emitters.register("ConvTranspose")
 def _conv_transpose(ex, node):
     """2-D ConvTranspose -> Conv2DBackpropInput (NHWC) with explicit paddings (+ BiasAdd)."""
     from aiacc.core.ops.nn import convtranspose_pads
@@ -862,7 +863,7 @@ def _conv_transpose(ex, node):
 
 
 # ------------------------------------------------------------------------------------------ resize
-@emits("Resize")
+@emitters.register("Resize")
 def _resize(ex, node):
     """Resize over H and W of a 4-D tensor -> ResizeBilinear / ResizeNearestNeighbor (NHWC) where TF has the
     same coordinate rule."""
@@ -897,14 +898,14 @@ def _resize(ex, node):
     ex.set(y_v, y, True)
 
 
-@emits("Range")
+@emitters.register("Range")
 def _range(ex, node):
     tfm = tf()
     start, limit, delta = [ex.std(v) for v in node.inputs]
     ex.set(node.outputs[0], tfm.range(start, limit, delta, dtype=start.dtype))
 
 
-@emits("ArgMax", "ArgMin")
+@emitters.register("ArgMax", "ArgMin")
 def _arg_max(ex, node):
     tfm = tf()
     x = ex.std(node.inputs[0])

@@ -7,16 +7,20 @@ the flag (their constants are permuted once, at export time) and the flag is dro
 only where an op needs the IR layout. So a CNN exports with no Transpose op at all, Conv2D + BiasAdd + Relu
 in the shape Grappler's remapper fuses.
 
+One emitter per IR op, registered in the table `emitters` keyed by the node's qualified op (`"Conv"`,
+`"aiacc::FusedConv"`; `"tf::*"` rebuilds every opaque TF node) in aiacc.plugins.tf.export_ops, which the
+plugin imports. aiacc fused ops without an emitter are decomposed first (aiacc.core.translate.decompose_fused).
+
 `tf.saved_model.save` works on the result; the reloaded model computes the same outputs.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from aiacc.core.ir import Graph, Node, Value
-from aiacc.core.passes.utils import const_value
+from aiacc.core.ir import Graph, Node, Value, const_value
+from aiacc.core.translate import OpTable, decompose_fused
 from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins.tf._tf import tf
 
@@ -24,22 +28,13 @@ TO_NCHW = (0, 3, 1, 2)
 TO_NHWC = (0, 2, 3, 1)
 NCHW_AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
 
-_EMITTERS: dict[tuple[str, str], Callable[["Emitter", Node], None]] = {}
-
-
-def emits(*ops: str, domain: str = ""):
-    """Register an emitter for IR ops (in `domain`)."""
-
-    def wrap(fn):
-        for op in ops:
-            _EMITTERS[(domain, op)] = fn
-        return fn
-
-    return wrap
+# qualified op -> emitter(emitter, node), which sets the node's outputs (filled by aiacc.plugins.tf.export_ops)
+emitters = OpTable("tf export")
 
 
 def has_emitter(node: Node) -> bool:
-    return (node.domain, node.op) in _EMITTERS or node.domain == "tf"
+    """True when the TF exporter can build `node` (an opaque TF node always)."""
+    return node.qualified_op in emitters or node.domain == "tf"
 
 
 # ------------------------------------------------------------------------------------------ entry point
@@ -76,19 +71,12 @@ def input_signature(graph: Graph) -> list:
 def export_graph(graph: Graph) -> Any:
     """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure."""
     tfm = tf()
-    graph = graph.copy()
-    for node in graph.nodes:
-        if has_emitter(node):
-            continue
-        if node.domain == "aiacc":  # a fused op TF has no fused form for: emit the ops it stands for
-            from aiacc.core.ops.fused import decompose
-
-            for n in decompose(node, graph):
-                if not has_emitter(n):
-                    raise UnsupportedError(f"node {n.name} ({n.qualified_op}), from decomposing {node.name}, "
-                                           f"has no TensorFlow lowering")
-            continue
-        raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
+    # fused ops TF has no fused form for become the ops they stand for (in a copy: the module keeps its graph)
+    decomposed, _ = decompose_fused(graph, keep=has_emitter)
+    graph = decomposed if decomposed is not graph else graph.copy()
+    for node in graph:
+        if not has_emitter(node):
+            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
     specs = input_signature(graph)
     structure = graph.meta.get("tf_output_structure")
 
@@ -148,9 +136,9 @@ class Emitter:
         return [tfm.identity(self.std(v)) for v in self.graph.outputs]
 
     def emit(self, node: Node) -> None:
-        fn = _EMITTERS.get((node.domain, node.op))
+        fn = emitters.get(node.qualified_op)
         if fn is None and node.domain == "tf":
-            fn = _EMITTERS[("tf", "*")]
+            fn = emitters["tf::*"]
         if fn is None:
             raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
         fn(self, node)
@@ -222,5 +210,3 @@ def const_to_nhwc(c: np.ndarray) -> np.ndarray | None:
         c4 = c4[0]
     return np.ascontiguousarray(c4)
 
-
-from aiacc.plugins.tf import export_ops  # noqa: E402,F401  (registers the emitters)

@@ -1,17 +1,18 @@
-"""One translation per TF op type (TF semantics on the left, IR/ONNX semantics on the right).
+"""One translation per TF op type (TF semantics on the left, IR/ONNX semantics on the right), registered
+in the importer's table (`importer.handlers`).
 
-A handler returns one `Entry` per TF output, or raises `_Untranslatable` (or returns None) for a form it
-does not cover, which keeps the op opaque.
+A handler returns one `Entry` per TF output, or raises `Untranslatable` (or returns None) for a form it
+does not cover: the importer rolls back what it added and keeps the op opaque.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from aiacc.core.ops import get_schema
+from aiacc.core.translate import Untranslatable
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.tf._tf import np_dtype_name, same_pads, tf, tf_shape
-from aiacc.plugins.tf.importer import (INT_MAX, NHWC_AXIS_TO_NCHW, TO_NCHW, Entry, GraphImporter,
-                                       _Untranslatable, handles)
+from aiacc.plugins.tf.importer import INT_MAX, NHWC_AXIS_TO_NCHW, TO_NCHW, Entry, GraphImporter, handlers
 
 
 def _attr(tfop, key, default=None):
@@ -23,23 +24,23 @@ def _attr(tfop, key, default=None):
 
 
 # ------------------------------------------------------------------------------------------ plumbing
-@handles("Const")
+@handlers.register("Const")
 def _const(imp: GraphImporter, tfop):
     value = tf().make_ndarray(tfop.get_attr("value"))
     return [Entry(imp.init(value, tfop.name))]
 
 
-@handles("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics")
+@handlers.register("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics")
 def _identity(imp, tfop):
     return [imp.entry(tfop.inputs[0])]
 
 
-@handles("IdentityN")
+@handlers.register("IdentityN")
 def _identity_n(imp, tfop):
     return [imp.entry(t) for t in tfop.inputs]
 
 
-@handles("Cast")
+@handlers.register("Cast")
 def _cast(imp, tfop):
     to = np_dtype_name(tfop.get_attr("DstT"), f"TF node {tfop.name} (Cast)")
     e = imp.entry(tfop.inputs[0])
@@ -53,20 +54,20 @@ _UNARY = {"Relu": "Relu", "Elu": "Elu", "Selu": "Selu", "Sigmoid": "Sigmoid", "T
           "Cos": "Cos", "Softplus": "Softplus", "Softsign": "Softsign", "LogicalNot": "Not"}
 
 
-@handles(*_UNARY)
+@handlers.register(*_UNARY)
 def _unary(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     return [Entry(imp.emit1(_UNARY[tfop.type], [e.value], name=tfop.name), e.nchw)]
 
 
-@handles("LeakyRelu")
+@handlers.register("LeakyRelu")
 def _leaky(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     return [Entry(imp.emit1("LeakyRelu", [e.value], {"alpha": float(tfop.get_attr("alpha"))}, name=tfop.name),
                   e.nchw)]
 
 
-@handles("Relu6")
+@handlers.register("Relu6")
 def _relu6(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     dt = e.value.dtype
@@ -74,20 +75,20 @@ def _relu6(imp, tfop):
     return [Entry(imp.emit1("Clip", [e.value, lo, hi], name=tfop.name), e.nchw)]
 
 
-@handles("Rsqrt")
+@handlers.register("Rsqrt")
 def _rsqrt(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     s = imp.emit1("Sqrt", [e.value], name=tfop.name + "_sqrt")
     return [Entry(imp.emit1("Reciprocal", [s], name=tfop.name), e.nchw)]
 
 
-@handles("Square")
+@handlers.register("Square")
 def _square(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     return [Entry(imp.emit1("Mul", [e.value, e.value], name=tfop.name), e.nchw)]
 
 
-@handles("Erfc")
+@handlers.register("Erfc")
 def _erfc(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     erf = imp.emit1("Erf", [e.value], name=tfop.name + "_erf")
@@ -121,7 +122,7 @@ def _const_to_nchw(imp, v, name):
     if c.ndim == 0:
         return v
     if c.ndim > 4:
-        raise _Untranslatable("constant of rank > 4")
+        raise Untranslatable("constant of rank > 4")
     c4 = c.reshape((1,) * (4 - c.ndim) + c.shape).transpose(TO_NCHW)
     while c4.ndim > 1 and c4.shape[0] == 1:  # drop leading ones: (1,C,1,1) -> (C,1,1)
         c4 = c4[0]
@@ -134,7 +135,7 @@ _BINARY = {"AddV2": "Add", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "RealDiv": 
            "FloorMod": "Mod", "AddN": "Sum"}
 
 
-@handles(*_BINARY)
+@handlers.register(*_BINARY)
 def _binary(imp, tfop):
     if tfop.type in ("RealDiv",) and not tfop.inputs[0].dtype.is_floating:
         return None
@@ -142,7 +143,7 @@ def _binary(imp, tfop):
     return [Entry(imp.emit1(_BINARY[tfop.type], vals, name=tfop.name), nchw)]
 
 
-@handles("Div")
+@handlers.register("Div")
 def _div(imp, tfop):
     if not tfop.inputs[0].dtype.is_floating:
         return None  # TF integer Div floors, ONNX Div truncates
@@ -150,14 +151,14 @@ def _div(imp, tfop):
     return [Entry(imp.emit1("Div", vals, name=tfop.name), nchw)]
 
 
-@handles("SquaredDifference")
+@handlers.register("SquaredDifference")
 def _sqdiff(imp, tfop):
     vals, nchw = _operands(imp, list(tfop.inputs))
     d = imp.emit1("Sub", vals, name=tfop.name + "_diff")
     return [Entry(imp.emit1("Mul", [d, d], name=tfop.name), nchw)]
 
 
-@handles("Select", "SelectV2")
+@handlers.register("Select", "SelectV2")
 def _select(imp, tfop):
     if tfop.type == "Select" and imp.rank(tfop.inputs[0]) not in (0, imp.rank(tfop.inputs[1])):
         return None  # Select with a vector condition picks rows: not numpy broadcasting
@@ -165,7 +166,7 @@ def _select(imp, tfop):
     return [Entry(imp.emit1("Where", vals, name=tfop.name), nchw)]
 
 
-@handles("BiasAdd", "BiasAddV1")
+@handlers.register("BiasAdd", "BiasAddV1")
 def _bias_add(imp, tfop):
     x, b = tfop.inputs
     e = imp.entry(x)
@@ -217,10 +218,10 @@ def _layout_in(imp, x, fmt):
         return imp.nchw(x)
     if fmt == "NCHW":
         return imp.plain(x)
-    raise _Untranslatable(f"data_format {fmt}")
+    raise Untranslatable(f"data_format {fmt}")
 
 
-@handles("Conv2D", "DepthwiseConv2dNative")
+@handlers.register("Conv2D", "DepthwiseConv2dNative")
 def _conv(imp, tfop):
     x, w = tfop.inputs
     fmt = _attr(tfop, "data_format", "NHWC")
@@ -241,7 +242,7 @@ def _conv(imp, tfop):
     return [Entry(imp.emit1("Conv", [xv, wv], attrs, name=tfop.name), fmt == "NHWC")]
 
 
-@handles("MaxPool", "AvgPool")
+@handlers.register("MaxPool", "AvgPool")
 def _pool(imp, tfop):
     (x,) = tfop.inputs[:1]
     fmt = _attr(tfop, "data_format", "NHWC")
@@ -255,7 +256,7 @@ def _pool(imp, tfop):
     return [Entry(imp.emit1(op, [_layout_in(imp, x, fmt)], attrs, name=tfop.name), fmt == "NHWC")]
 
 
-@handles("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+@handlers.register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 def _fused_bn(imp, tfop):
     if tfop.get_attr("is_training"):
         raise UnsupportedError(f"TF node {tfop.name} ({tfop.type}) is in training mode; aiacc imports "
@@ -273,7 +274,7 @@ def _fused_bn(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ matmul
-@handles("MatMul")
+@handlers.register("MatMul")
 def _matmul(imp, tfop):
     a, b = [imp.plain(t) for t in tfop.inputs]
     if tfop.get_attr("transpose_a"):
@@ -283,7 +284,7 @@ def _matmul(imp, tfop):
     return [Entry(imp.emit1("MatMul", [a, b], name=tfop.name))]
 
 
-@handles("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+@handlers.register("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 def _batch_matmul(imp, tfop):
     vals = []
     for t, key in zip(tfop.inputs, ("adj_x", "adj_y")):
@@ -298,7 +299,7 @@ def _batch_matmul(imp, tfop):
     return [Entry(imp.emit1("MatMul", vals, name=tfop.name))]
 
 
-@handles("Einsum")
+@handlers.register("Einsum")
 def _einsum(imp, tfop):
     """Two-operand einsum without ellipsis as Transpose -> (Reshape) -> MatMul -> (Reshape) -> Transpose."""
     eq = _attr(tfop, "equation").replace(" ", "")
@@ -331,7 +332,7 @@ def _einsum(imp, tfop):
 def _static(size, letters, what):
     dims = [size[c] for c in letters]
     if not all(isinstance(d, int) for d in dims):
-        raise _Untranslatable(f"dynamic {what} dims in einsum")
+        raise Untranslatable(f"dynamic {what} dims in einsum")
     return dims
 
 
@@ -383,14 +384,14 @@ def _reduce_axes(imp, tfop):
     axes = imp.need_const(tfop.inputs[1], "non-constant axes")
     rank = imp.rank(tfop.inputs[0])
     if rank is None:
-        raise _Untranslatable("unknown rank")
+        raise Untranslatable("unknown rank")
     return sorted({int(a) % rank for a in np.asarray(axes).reshape(-1)}), rank
 
 
 _REDUCE = {"Mean": "ReduceMean", "Sum": "ReduceSum", "Max": "ReduceMax", "Min": "ReduceMin", "Prod": "ReduceProd"}
 
 
-@handles(*_REDUCE)
+@handlers.register(*_REDUCE)
 def _reduce(imp, tfop):
     axes, rank = _reduce_axes(imp, tfop)
     keep = bool(tfop.get_attr("keep_dims"))
@@ -413,7 +414,7 @@ def _reduce(imp, tfop):
     return [Entry(y)]
 
 
-@handles("Softmax", "LogSoftmax")
+@handlers.register("Softmax", "LogSoftmax")
 def _softmax(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     op = tfop.type
@@ -423,7 +424,7 @@ def _softmax(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ shapes
-@handles("Reshape")
+@handlers.register("Reshape")
 def _reshape(imp, tfop):
     x, s = tfop.inputs
     target = imp.const(s)
@@ -465,7 +466,7 @@ def _set_symbolic_shape(y, sym) -> None:
     y.type = TensorType(y.dtype, tuple(d if isinstance(d, int) else o for d, o in zip(y.shape, sym)))
 
 
-@handles("Squeeze")
+@handlers.register("Squeeze")
 def _squeeze(imp, tfop):
     x = tfop.inputs[0]
     dims = list(tfop.get_attr("squeeze_dims"))
@@ -483,7 +484,7 @@ def _squeeze(imp, tfop):
     return [Entry(imp.emit1("Squeeze", [imp.plain(x), imp.ints(dims, tfop.name + "_axes")], name=tfop.name))]
 
 
-@handles("ExpandDims")
+@handlers.register("ExpandDims")
 def _expand_dims(imp, tfop):
     x, a = tfop.inputs
     axis = int(np.asarray(imp.need_const(a, "non-constant axis")).reshape(-1)[0])
@@ -494,7 +495,7 @@ def _expand_dims(imp, tfop):
     return [Entry(imp.emit1("Unsqueeze", [imp.plain(x), imp.ints([axis], tfop.name + "_axes")], name=tfop.name))]
 
 
-@handles("Transpose")
+@handlers.register("Transpose")
 def _transpose(imp, tfop):
     x, p = tfop.inputs
     perm = [int(i) for i in imp.need_const(p, "non-constant perm")]
@@ -513,13 +514,13 @@ def _int64_as(imp, tfop, y, attr):
     return y
 
 
-@handles("Shape")
+@handlers.register("Shape")
 def _shape(imp, tfop):
     y = imp.emit1("Shape", [imp.plain(tfop.inputs[0])], name=tfop.name)
     return [Entry(_int64_as(imp, tfop, y, "out_type"))]
 
 
-@handles("ConcatV2")
+@handlers.register("ConcatV2")
 def _concat(imp, tfop):
     tensors, a = list(tfop.inputs[:-1]), tfop.inputs[-1]
     axis = int(imp.need_const(a, "non-constant axis"))
@@ -533,7 +534,7 @@ def _concat(imp, tfop):
     return [Entry(imp.emit1("Concat", vals, {"axis": axis}, name=tfop.name), nchw)]
 
 
-@handles("Pack")
+@handlers.register("Pack")
 def _pack(imp, tfop):
     rank = imp.rank(tfop.inputs[0])
     if rank is None:
@@ -546,7 +547,7 @@ def _pack(imp, tfop):
     return [Entry(imp.emit1("Concat", parts, {"axis": axis}, name=tfop.name))]
 
 
-@handles("Pad", "PadV2", "MirrorPad")
+@handlers.register("Pad", "PadV2", "MirrorPad")
 def _pad(imp, tfop):
     x = tfop.inputs[0]
     pads = np.asarray(imp.need_const(tfop.inputs[1], "non-constant paddings")).astype(np.int64)
@@ -569,7 +570,7 @@ def _pad(imp, tfop):
     return [Entry(imp.emit1("Pad", ins, {"mode": mode}, name=tfop.name), inputs_nchw)]
 
 
-@handles("StridedSlice")
+@handlers.register("StridedSlice")
 def _strided_slice(imp, tfop):
     """StridedSlice -> Slice (+ Squeeze for shrink_axis_mask, + Unsqueeze for new_axis_mask); the
     ellipsis stands for the dimensions no other entry of the spec names."""
@@ -632,7 +633,7 @@ def _strided_slice(imp, tfop):
     return [Entry(y)]
 
 
-@handles("GatherV2")
+@handlers.register("GatherV2")
 def _gather(imp, tfop):
     if _attr(tfop, "batch_dims", 0):
         return None
@@ -641,7 +642,7 @@ def _gather(imp, tfop):
     return [Entry(imp.emit1("Gather", [imp.plain(params), imp.plain(idx)], {"axis": axis}, name=tfop.name))]
 
 
-@handles("Tile")
+@handlers.register("Tile")
 def _tile(imp, tfop):
     x, m = tfop.inputs
     reps = imp.const(m)
@@ -666,13 +667,13 @@ def _expand(imp, tfop, x, shape, cast_suffix):
     return [Entry(imp.emit1("Expand", [imp.plain(x), sv], name=tfop.name))]
 
 
-@handles("Fill")
+@handlers.register("Fill")
 def _fill(imp, tfop):
     dims, value = tfop.inputs
     return _expand(imp, tfop, value, dims, "_dims")
 
 
-@handles("Range")
+@handlers.register("Range")
 def _range(imp, tfop):
     dt = np_dtype_name(tfop.outputs[0].dtype, tfop.name)
     vals = []
@@ -684,7 +685,7 @@ def _range(imp, tfop):
     return [Entry(imp.emit1("Range", vals, name=tfop.name))]
 
 
-@handles("IsFinite")
+@handlers.register("IsFinite")
 def _is_finite(imp, tfop):
     # |x| < inf is False for inf and NaN alike
     e = imp.entry(tfop.inputs[0])
@@ -693,7 +694,7 @@ def _is_finite(imp, tfop):
     return [Entry(imp.emit1("Less", [a, inf], name=tfop.name), e.nchw)]
 
 
-@handles("ZerosLike", "OnesLike")
+@handlers.register("ZerosLike", "OnesLike")
 def _fill_like(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     shape = imp.emit1("Shape", [e.value], name=tfop.name + "_shape")
@@ -702,7 +703,7 @@ def _fill_like(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ transposed conv
-@handles("Conv2DBackpropInput")
+@handlers.register("Conv2DBackpropInput")
 def _conv_transpose(imp, tfop):
     """Conv2DBackpropInput (Keras Conv2DTranspose) -> ConvTranspose with the pads TF derives from the output
     size it is given."""
@@ -749,7 +750,7 @@ def _conv_transpose(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ dilated conv
-@handles("BatchToSpaceND")
+@handlers.register("BatchToSpaceND")
 def _batch_to_space(imp, tfop):
     """SpaceToBatchND -> [ExpandDims] -> Conv2D / DepthwiseConv2dNative -> [Squeeze] -> BatchToSpaceND, the
     form TF gives a dilated convolution, becomes one Conv with dilations. (The chain's own IR nodes become
@@ -916,7 +917,7 @@ def _linear(t, depth: int = 0):
 
 
 # ------------------------------------------------------------------------------------------ resize
-@handles("ResizeBilinear", "ResizeNearestNeighbor")
+@handlers.register("ResizeBilinear", "ResizeNearestNeighbor")
 def _resize(imp, tfop):
     """TF image resizing -> Resize on the H and W axes with the coordinate mode TF's flags select."""
     x, size_t = tfop.inputs
@@ -944,14 +945,14 @@ def _resize(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ more elementwise
-@handles("NotEqual")
+@handlers.register("NotEqual")
 def _not_equal(imp, tfop):
     vals, nchw = _operands(imp, list(tfop.inputs))
     eq = imp.emit1("Equal", vals, name=tfop.name + "_equal")
     return [Entry(imp.emit1("Not", [eq], name=tfop.name), nchw)]
 
 
-@handles("Log1p", "Expm1")
+@handlers.register("Log1p", "Expm1")
 def _log1p_expm1(imp, tfop):
     e = imp.entry(tfop.inputs[0])
     one = imp.init(np.array(1, e.value.dtype), tfop.name + "_one")
@@ -962,7 +963,7 @@ def _log1p_expm1(imp, tfop):
     return [Entry(imp.emit1("Sub", [ex, one], name=tfop.name), e.nchw)]
 
 
-@handles("FloorDiv")
+@handlers.register("FloorDiv")
 def _floor_div(imp, tfop):
     if not tfop.inputs[0].dtype.is_floating:
         return None  # integer floor division: ONNX Div truncates
@@ -971,7 +972,7 @@ def _floor_div(imp, tfop):
     return [Entry(imp.emit1("Floor", [d], name=tfop.name), nchw)]
 
 
-@handles("ClipByValue")
+@handlers.register("ClipByValue")
 def _clip_by_value(imp, tfop):
     x, lo, hi = tfop.inputs
     if imp.rank(lo) == 0 and imp.rank(hi) == 0:
@@ -986,7 +987,7 @@ def _clip_by_value(imp, tfop):
     return [Entry(imp.emit1("Min", [y, imp.plain(hi)], name=tfop.name))]
 
 
-@handles("ArgMax", "ArgMin")
+@handlers.register("ArgMax", "ArgMin")
 def _arg_max(imp, tfop):
     x, a = tfop.inputs
     rank = imp.rank(x)
@@ -998,7 +999,7 @@ def _arg_max(imp, tfop):
 
 
 # ------------------------------------------------------------------------------------------ more shapes
-@handles("ReverseV2")
+@handlers.register("ReverseV2")
 def _reverse(imp, tfop):
     x, a = tfop.inputs
     rank = imp.rank(x)
@@ -1028,7 +1029,7 @@ def _split_parts(imp, tfop, x, axis: int, sizes: list[int] | None):
     return [Entry(o, e.nchw and rank == 4) for o in outs]
 
 
-@handles("Split")
+@handlers.register("Split")
 def _split(imp, tfop):
     a, x = tfop.inputs
     rank = imp.rank(x)
@@ -1041,7 +1042,7 @@ def _split(imp, tfop):
     return _split_parts(imp, tfop, x, axis, sizes)
 
 
-@handles("SplitV")
+@handlers.register("SplitV")
 def _split_v(imp, tfop):
     x, s, a = tfop.inputs
     rank = imp.rank(x)
@@ -1057,7 +1058,7 @@ def _split_v(imp, tfop):
     return _split_parts(imp, tfop, x, axis, sizes)
 
 
-@handles("Unpack")
+@handlers.register("Unpack")
 def _unpack(imp, tfop):
     x = tfop.inputs[0]
     rank = imp.rank(x)
@@ -1071,13 +1072,13 @@ def _unpack(imp, tfop):
             for k, p in enumerate(parts)]
 
 
-@handles("BroadcastTo")
+@handlers.register("BroadcastTo")
 def _broadcast_to(imp, tfop):
     x, s = tfop.inputs
     return _expand(imp, tfop, x, s, "_shape")
 
 
-@handles("MatrixBandPart")
+@handlers.register("MatrixBandPart")
 def _band_part(imp, tfop):
     """Keep a band of the last two axes (Keras' causal mask): Where with a constant mask."""
     x, lo_t, hi_t = tfop.inputs
@@ -1115,7 +1116,7 @@ def _band_part(imp, tfop):
     return [Entry(imp.emit1("Where", [mask, imp.plain(x), zero], name=name))]
 
 
-@handles("Any", "All")
+@handlers.register("Any", "All")
 def _any_all(imp, tfop):
     """Any / All over bool -> ReduceMax / ReduceMin over the values as int32."""
     axes, rank = _reduce_axes(imp, tfop)
@@ -1127,13 +1128,13 @@ def _any_all(imp, tfop):
     return [Entry(imp.emit1("Cast", [red], {"to": "bool"}, name=n))]
 
 
-@handles("Rint")
+@handlers.register("Rint")
 def _rint(imp, tfop):
     e = imp.entry(tfop.inputs[0])  # both round half to even
     return [Entry(imp.emit1("Round", [e.value], name=tfop.name), e.nchw)]
 
 
-@handles("DivNoNan")
+@handlers.register("DivNoNan")
 def _div_no_nan(imp, tfop):
     if not tfop.inputs[0].dtype.is_floating:
         return None
@@ -1145,7 +1146,7 @@ def _div_no_nan(imp, tfop):
                   nchw)]
 
 
-@handles("Slice")
+@handlers.register("Slice")
 def _slice(imp, tfop):
     """tf.slice(x, begin, size): size -1 runs to the end."""
     x, b, s = tfop.inputs
@@ -1162,7 +1163,7 @@ def _slice(imp, tfop):
                             name=n))]
 
 
-@handles("LRN")
+@handlers.register("LRN")
 def _lrn(imp, tfop):
     """TF sums squares over depth_radius on each side and scales by alpha; ONNX averages over size."""
     x = tfop.inputs[0]
@@ -1174,7 +1175,7 @@ def _lrn(imp, tfop):
     return [Entry(imp.emit1("LRN", [imp.nchw(x)], attrs, name=tfop.name), True)]
 
 
-@handles("OneHot")
+@handlers.register("OneHot")
 def _one_hot(imp, tfop):
     """OneHot -> Where(indices == range(depth), on, off) with the new axis where TF puts it."""
     idx, depth_t, on, off = tfop.inputs

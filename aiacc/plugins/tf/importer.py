@@ -13,8 +13,11 @@ Shape arithmetic (Shape / StridedSlice / Pack / Prod feeding a Reshape, as Keras
 evaluated symbolically: a Reshape whose target has at most one unknown size gets a constant target with -1,
 and the shape subgraph disappears.
 
-A TF op with no translation becomes an opaque node that keeps its NodeDef (attrs `tf_op`, `node_def`) and
-a kernel running it eagerly, so the reference executor still runs it and the exporter rebuilds it unchanged.
+One handler per TF op type, registered in the table `handlers` (`@handlers.register("Conv2D", ...)`, in
+aiacc.plugins.tf.import_ops, which the plugin imports). A TF op with no handler, or whose handler raises
+Untranslatable (its partial IR is rolled back), becomes an opaque node that keeps its NodeDef (attrs
+`tf_op`, `node_def`) and a kernel running it eagerly, so the reference executor still runs it and the
+exporter rebuilds it unchanged.
 
 Control flow is frozen functional (`lower_control_flow=False`): While / If / Case and the TensorList
 (variant) plumbing around them become opaque *regions* that carry a GraphDef with the function library
@@ -32,8 +35,8 @@ from typing import Any, Callable
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
-from aiacc.core.ops import get_schema
-from aiacc.errors import AiaccError, ShapeError, UnsupportedError
+from aiacc.core.translate import OpTable, Untranslatable
+from aiacc.errors import ShapeError, UnsupportedError
 from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
 from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, first_line, main_op, region_graph_def,
                                       region_kernel, topo_order)
@@ -43,6 +46,9 @@ TO_NHWC = (0, 2, 3, 1)
 NHWC_AXIS_TO_NCHW = {0: 0, 1: 2, 2: 3, 3: 1}
 INT_MAX = 2 ** 63 - 1
 INLINE_CALLS = ("PartitionedCall", "StatefulPartitionedCall")
+
+# TF op type -> handler(importer, tfop) -> [Entry | None per output] | None (filled by aiacc.plugins.tf.import_ops)
+handlers = OpTable("tf import")
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -372,13 +378,18 @@ class GraphImporter:
                                       all(d is None or d == v for d, v in zip(static, value.shape))):
                     self.env[tfop.outputs[0].name] = Entry(self.init(value, tfop.name + "_c"))
                     return
-        handler = _HANDLERS.get(tfop.type)
+        handler = handlers.get(tfop.type)
         entries = None
         if handler is not None:
+            mark, n_transposes = self.g.checkpoint(), len(self._transposes)
             try:
                 entries = handler(self, tfop)
-            except _Untranslatable:
+            except Untranslatable:
                 entries = None
+            if entries is None:  # the handler gave up, maybe part-way: undo what it added
+                self.g.rollback(mark)
+                for key in list(self._transposes)[n_transposes:]:
+                    del self._transposes[key]
         if entries is None:
             entries = self.opaque(tfop)
         for t, e in zip(tfop.outputs, entries):
@@ -400,13 +411,11 @@ class GraphImporter:
                                                            f"{main.type} region {main.name}"), tf_shape(t.shape)))
         inputs = [self.plain(t) for t in external]
         out_names = [t.name for t in outputs]
-        node = self.g.add_node(main.type, inputs, {"tf_op": main.type, "graph_def": encode(gd),
-                                                   "tf_outputs": out_names},
-                               domain="tf", name=_clean(main.name), outputs=len(outputs),
-                               output_types=types)
-        node.meta["graph_def"] = gd
-        node.meta["tf_ops"] = sorted(names)
-        node.meta["kernel"] = region_kernel(gd, out_names, f"{main.name} ({main.type})")
+        node = self.g.add_opaque(main.type, inputs, domain="tf", name=_clean(main.name), outputs=len(outputs),
+                                 output_types=types,
+                                 attrs={"tf_op": main.type, "graph_def": encode(gd), "tf_outputs": out_names},
+                                 meta={"graph_def": gd, "tf_ops": sorted(names),
+                                       "kernel": region_kernel(gd, out_names, f"{main.name} ({main.type})")})
         for t, v in zip(outputs, node.outputs):
             self.env[t.name] = Entry(v)
 
@@ -427,7 +436,7 @@ class GraphImporter:
     def need_const(self, t, what: str) -> np.ndarray:
         c = self.const(t)
         if c is None:
-            raise _Untranslatable(what)
+            raise Untranslatable(what)
         return c
 
     def plain(self, t) -> Value:
@@ -441,7 +450,7 @@ class GraphImporter:
         if e.nchw:
             return e.value
         if e.value.shape is None or len(e.value.shape) != 4:
-            raise _Untranslatable(f"{t.name} is not rank 4")
+            raise Untranslatable(f"{t.name} is not rank 4")
         return self.transpose(e.value, TO_NCHW)
 
     def transpose(self, v: Value, perm) -> Value:
@@ -527,16 +536,12 @@ class GraphImporter:
         inputs = [self.plain(t) for t in tfop.inputs]
         types = [TensorType(np_dtype_name(t.dtype, t.name), tf_shape(t.shape)) for t in tfop.outputs]
         in_dtypes = [t.dtype.as_datatype_enum for t in tfop.inputs]
-        node = self.g.add_node(tfop.type, inputs, {"tf_op": tfop.type,
-                                                   "node_def": base64.b64encode(nd.SerializeToString()).decode()},
-                               domain="tf", name=_clean(tfop.name), outputs=len(tfop.outputs), output_types=types)
-        node.meta["node_def"] = nd
-        node.meta["kernel"] = _eager_kernel(nd, in_dtypes, len(tfop.outputs))
+        node = self.g.add_opaque(tfop.type, inputs, domain="tf", name=_clean(tfop.name), outputs=len(tfop.outputs),
+                                 output_types=types,
+                                 attrs={"tf_op": tfop.type,
+                                        "node_def": base64.b64encode(nd.SerializeToString()).decode()},
+                                 meta={"node_def": nd, "kernel": _eager_kernel(nd, in_dtypes, len(tfop.outputs))})
         return [Entry(v) for v in node.outputs]
-
-
-class _Untranslatable(Exception):
-    """A handler met a form it does not translate (the op becomes opaque)."""
 
 
 def _clean(name: str) -> str:
@@ -682,19 +687,3 @@ def _symbolic(imp: GraphImporter, tfop) -> Any:
     except (IndexError, TypeError, ValueError):
         return None
     return None
-
-
-# ------------------------------------------------------------------------------------------ handlers
-_HANDLERS: dict[str, Callable[[GraphImporter, Any], list[Entry] | None]] = {}
-
-
-def handles(*types: str):
-    def wrap(fn):
-        for t in types:
-            _HANDLERS[t] = fn
-        return fn
-
-    return wrap
-
-
-from aiacc.plugins.tf import import_ops  # noqa: E402,F401  (registers the handlers)

@@ -8,6 +8,7 @@ import numpy as np
 from aiacc.core.ir import Graph
 from aiacc.errors import AiaccError, KernelError, ShapeError
 from aiacc.plugins.base import Translator
+from aiacc.plugins.tf import export_ops, import_ops  # noqa: F401  (fill the op tables; no TensorFlow import)
 from aiacc.plugins.tf._tf import tf
 
 

@@ -358,6 +358,16 @@ def test_unet_style_block_fully_translated(tmp_path):
 
 # -- failures inside the importer never escape as foreign exceptions ---------------------------------
 
+def _replace_converter(monkeypatch, importer, op, fn):
+    """For this test only, the importer's table with `fn` converting `op`."""
+    from aiacc.core.translate import OpTable
+
+    table = OpTable("mxnet import (test)")
+    table.update(importer.converters)
+    table.add(op, fn, replace=True)
+    monkeypatch.setattr(importer, "converters", table)
+
+
 def test_failing_converter_leaves_node_opaque(monkeypatch):
     from aiacc.plugins.mxnet import importer
 
@@ -365,7 +375,7 @@ def test_failing_converter_leaves_node_opaque(monkeypatch):
         ctx.op("Relu", ctx.inputs[0])  # half a translation, then a bug
         raise IndexError("converter bug")
 
-    monkeypatch.setitem(importer._CONVERTERS, "Activation", broken)
+    _replace_converter(monkeypatch, importer, "Activation", broken)
     model, feeds = _triple(S.Activation(X, act_type="tanh") * 2.0, {"x": (2, 3)})
     with pytest.warns(UserWarning, match="kept opaque.*IndexError"):
         g = aiacc.trace(model, feeds)
@@ -547,7 +557,7 @@ def test_attribute_aiacc_cannot_read_but_mxnet_runs_stays_opaque(monkeypatch):
     def strict(ctx):
         raise ParseError("attribute act_type='tanh' is not understood")
 
-    monkeypatch.setitem(importer._CONVERTERS, "Activation", strict)
+    _replace_converter(monkeypatch, importer, "Activation", strict)
     model, feeds = _triple(S.Activation(X, act_type="tanh") * 2.0, {"x": (2, 3)})
     with pytest.warns(UserWarning, match=r"node 'activation\d+' \(Activation\) kept opaque.*not understood"):
         g = aiacc.trace(model, feeds)
