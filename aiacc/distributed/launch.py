@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -29,26 +30,50 @@ def _kill(p: subprocess.Popen) -> None:
         p.kill()
 
 
-def wait_all(procs: Sequence[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:
-    """Wait for every process (each started with start_new_session=True, stdout/stderr piped, text) until
-    `timeout` seconds from now; those still running then are killed with their children and reported with
-    returncode None. On any exception (Ctrl-C included) every process is killed before it propagates."""
-    deadline = time.monotonic() + timeout
-    results = []
+def wait_all(procs: Sequence[subprocess.Popen], timeout: float,
+             fail_grace: float | None = None) -> list[subprocess.CompletedProcess]:
+    """Wait for every process (each started with start_new_session=True; output piped as text, or not
+    piped) until `timeout` seconds from now; those still running then are killed with their children and
+    reported with returncode None (and `.killed` True). `fail_grace`: once one process has failed (exited
+    non-zero), the others get that many seconds more, then are killed alike. On any exception (Ctrl-C
+    included) every process is killed before it propagates."""
+    outputs: list[tuple[str | None, str | None]] = [(None, None)] * len(procs)
+
+    def drain(k: int, p: subprocess.Popen) -> None:
+        outputs[k] = p.communicate()
+
+    readers = [threading.Thread(target=drain, args=(k, p), daemon=True) for k, p in enumerate(procs)]
+    killed = [False] * len(procs)
     try:
+        for t in readers:
+            t.start()
+        deadline = time.monotonic() + timeout
+        grace_set = False
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if fail_grace is not None and not grace_set and any(p.returncode not in (None, 0) for p in procs):
+                deadline, grace_set = min(deadline, now + fail_grace), True
+            if now >= deadline:
+                for k, p in enumerate(procs):
+                    if p.poll() is None:
+                        _kill(p)
+                        killed[k] = True
+                break
+            time.sleep(0.05)
         for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-                results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-            except subprocess.TimeoutExpired:
-                _kill(p)
-                out, err = p.communicate()
-                results.append(subprocess.CompletedProcess(p.args, None, out, err))
+            p.wait()
+        for t in readers:
+            t.join()
     except BaseException:
         for p in procs:
             if p.poll() is None:
                 _kill(p)
         raise
+    results = []
+    for k, p in enumerate(procs):
+        r = subprocess.CompletedProcess(p.args, None if killed[k] else p.returncode, *outputs[k])
+        r.killed = killed[k]
+        results.append(r)
     return results
 
 

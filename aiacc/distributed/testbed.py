@@ -358,11 +358,15 @@ class Testbed:
 
     def run(self, argv: Sequence[str], *, nproc_per_node: int = 1, launcher: str = "torchrun",
             timeout: float = 120.0, env: dict[str, str] | None = None, capture: bool = True,
-            python: bool = True) -> list[subprocess.CompletedProcess]:
+            python: bool = True, fail_grace: float | None = 10.0) -> list[subprocess.CompletedProcess]:
         """Run `python argv...` (the script and its arguments; `python=False`: argv is the command) on every
         node as one job and wait. launcher "torchrun": one torchrun agent per node, results one per node;
         "env": the ranks themselves, results one per rank (rank order). Processes still running after
-        `timeout` seconds are killed and reported with returncode None; each result has `.node`."""
+        `timeout` seconds are killed and reported with returncode None (`.killed`); each result has `.node`.
+
+        Once a node's command failed, the others get `fail_grace` seconds to finish, then are killed (as a
+        cluster scheduler would end the job): a torchrun agent whose workers succeeded otherwise waits
+        300 s at its exit barrier for the agent that failed. None: wait for all, up to `timeout`."""
         from aiacc.distributed.launch import wait_all
 
         if launcher not in ("torchrun", "env"):
@@ -379,7 +383,7 @@ class Testbed:
                     cmd = [sys.executable, *argv] if python else list(argv)
                     procs.append(self.popen(i, cmd, env=self.node_env(i, lr, nproc_per_node, env), capture=capture))
                     nodes.append(i)
-            results = wait_all(procs, timeout)
+            results = wait_all(procs, timeout, fail_grace)
         finally:
             for p in procs:  # whatever happened, nothing of this job outlives run()
                 if p.poll() is None:
@@ -415,6 +419,8 @@ def add_cli(subparsers) -> None:
     r.add_argument("--launcher", choices=("torchrun", "env"), default="torchrun",
                    help="torchrun agents (default) or the ranks started directly with torchrun's environment")
     r.add_argument("--timeout", type=float, default=3600.0, help="seconds before the job is killed")
+    r.add_argument("--fail-grace", type=float, default=10.0,
+                   help="once a node failed, seconds the others get before they are killed (default 10)")
     r.add_argument("--delay-ms", type=float, default=0.0, help="one-way link latency (needs netem, absent here)")
     r.add_argument("--no-python", action="store_true", help="SCRIPT is a command, not a python script")
     r.add_argument("script")
@@ -450,10 +456,13 @@ def main(args) -> int:
         print(f"aiacc cluster: {tb.n} nodes {', '.join(tb.address(i) for i in range(tb.n))} "
               f"(endpoint {tb.address(0)}:{MASTER_PORT}), links {rate or 'unshaped'}", flush=True)
         res = tb.run([args.script, *args.args], nproc_per_node=args.nproc_per_node, launcher=args.launcher,
-                     timeout=args.timeout, capture=False, python=not args.no_python)
+                     timeout=args.timeout, capture=False, python=not args.no_python,
+                     fail_grace=args.fail_grace)
     codes = [r.returncode for r in res]
+    bad = [c for c in codes if c not in (0, None)]
+    if bad:
+        return bad[0]
     if any(c is None for c in codes):
         print(f"aiacc cluster: killed after {args.timeout:g} s", file=sys.stderr)
         return 124
-    bad = [c for c in codes if c != 0]
-    return bad[0] if bad else 0
+    return 0

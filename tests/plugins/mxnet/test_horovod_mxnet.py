@@ -90,7 +90,19 @@ def worker(out):
 def test_two_ranks_match_single_process_training(tmp_path):
     from tests.plugins._horovod_launch import run_two_ranks
 
-    r0, r1 = run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240)
+    _check(run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240))
+
+
+def test_two_nodes_of_the_testbed_match_single_process_training(tmp_path):
+    """The same on 2 nodes of the emulated cluster (100 Mbit/s links, torchrun on each node)."""
+    from tests.plugins._horovod_launch import TESTBED, need_testbed, run_two_ranks
+
+    need_testbed()
+    _check(run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240, testbed=TESTBED))
+
+
+def _check(ranks):
+    r0, r1 = ranks
     ref = [r0[f"ref/{i}"] for i in range(len([k for k in r0.files if k.startswith("ref/")]))]
     assert len(ref) == 4
     for label in ("aiacc", "fp16", "ddp"):

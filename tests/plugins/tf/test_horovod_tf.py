@@ -96,11 +96,26 @@ def worker(out):
     hvd.shutdown()
 
 
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+
+
 def test_two_ranks_match_single_process_training(tmp_path):
     from tests.plugins._horovod_launch import run_two_ranks
 
-    r0, r1 = run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240,
-                           env={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
+    _check(run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240, env=ENV))
+
+
+def test_two_nodes_of_the_testbed_match_single_process_training(tmp_path):
+    """The same on 2 nodes of the emulated cluster (100 Mbit/s links, torchrun on each node)."""
+    from tests.plugins._horovod_launch import TESTBED, need_testbed, run_two_ranks
+
+    need_testbed()
+    _check(run_two_ranks(__file__, [str(tmp_path / "out")], tmp_path / "out", timeout=240, env=ENV,
+                         testbed=TESTBED))
+
+
+def _check(ranks):
+    r0, r1 = ranks
     n = len([k for k in r0.files if k.startswith("ref-tape/")])
     assert n == 4
     ref_tape, ref_fit = ([r0[f"{kind}/{i}"] for i in range(n)] for kind in ("ref-tape", "ref-fit"))
