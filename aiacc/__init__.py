@@ -2,8 +2,9 @@
 
     fast = aiacc.optimize(model, example_inputs)   # same kind of model back, faster, same numbers
 
-This module stays light: it imports no deep-learning framework. The plugin of a model's framework is
-imported the first time a model of that framework is seen.
+This module stays light: it imports no deep-learning framework. Each call goes to the plugin of the model's
+framework (aiacc.plugins: every plugin implements the protocol in aiacc.plugins.base), which imports its
+framework the first time a model of that framework is traced, exported or run.
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ __version__ = "0.1.0"
 
 def trace(model: Any, example_inputs: Any = None, **options: Any):
     """Translate a framework model into an aiacc IR `Graph` (aiacc.core.Graph)."""
-    from aiacc.plugins import plugin_for
+    from aiacc.plugins import framework_of, get_plugin
 
-    return plugin_for(model).trace(model, example_inputs, **options)
+    return get_plugin(framework_of(model)).trace(model, example_inputs, **options)
 
 
 def optimize(model: Any, example_inputs: Any = None, *, level: int = 2, passes: Any = None, disable: Any = None,
@@ -30,14 +31,16 @@ def optimize(model: Any, example_inputs: Any = None, *, level: int = 2, passes: 
     and the optimized model on the example inputs and refuse a result that differs; debug: verify the
     graph and its numerics after every pass. Framework-specific options pass through (e.g. mode="train").
     """
-    from aiacc.plugins import plugin_for
+    from aiacc.plugins import framework_of, get_plugin
 
-    return plugin_for(model).optimize(model, example_inputs, level=level, passes=passes, disable=disable,
-                                      backend=backend, verify=verify, debug=debug, **options)
+    return get_plugin(framework_of(model)).optimize(model, example_inputs, level=level, passes=passes,
+                                                    disable=disable, backend=backend, verify=verify, debug=debug,
+                                                    **options)
 
 
 def export(graph: Any, framework: str, **options: Any):
-    """Turn an IR graph into a model of `framework` ("torch", "tf", "mxnet", "caffe" or "onnx")."""
-    from aiacc.plugins import load_plugin
+    """Turn an IR graph into a model of `framework` ("torch", "tf", "mxnet", "caffe" or "onnx"); options:
+    backend ("native" or "onnxruntime"), providers (onnxruntime's), original (the model it came from)."""
+    from aiacc.plugins import get_plugin
 
-    return load_plugin(framework).export(graph, **options)
+    return get_plugin(framework).export(graph, **options)

@@ -6,23 +6,21 @@
     aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
     aiacc demo [--frameworks torch,tf] [--models resnet50,bert_encoder]   the bundled models, optimized and timed
 
-Model files are recognised by their name: .onnx (here), an aiacc graph (.json + .npz, or text .aiacc + .npz);
-other frameworks go to their plugin's `aiacc.plugins.<fw>.files` module: torch (.pt2 or `pkg.module:factory`),
-tf (SavedModel directory or .keras), mxnet (-symbol.json), caffe (.prototxt).
+Model files are recognised by their name and go to their plugin's `load_file` / `optimize_file` (the plugin
+protocol, aiacc.plugins.base): onnx (.onnx), torch (.pt2 or `pkg.module:factory`), tf (SavedModel directory
+or .keras), mxnet (-symbol.json), caffe (.prototxt). aiacc's own graph files (.json + .npz, or text .aiacc +
+.npz) are read and written here and optimized like ONNX graphs.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from typing import Any, Sequence
 
 from aiacc.errors import AiaccError, UnsupportedError
-
-PLUGIN_HINTS = {"torch": "pip install 'aiacc[torch]'", "tf": "pip install 'aiacc[tf]'",
-                "mxnet": "pip install 'aiacc[mxnet]'", "caffe": "pip install 'aiacc[caffe]'"}
+from aiacc.plugins import get_plugin
 
 
 # ------------------------------------------------------------------------------------------------ formats
@@ -49,36 +47,16 @@ def detect_format(path: str) -> str:
                            f".prototxt (caffe))")
 
 
-def plugin_files(fw: str):
-    """The plugin's files module, or a clear error when it is missing or its framework is not installed."""
-    name = f"aiacc.plugins.{fw}.files"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        missing = e.name or ""
-        if missing.startswith("aiacc"):
-            raise UnsupportedError(f"reading {fw} models needs {name}, which this aiacc does not have") from e
-        raise UnsupportedError(f"reading {fw} models needs the {missing!r} package ({PLUGIN_HINTS.get(fw, '')})") \
-            from e
-
-
 def load_graph(path: str, **kw: Any):
     """Read any supported model file into an aiacc Graph."""
     fmt = detect_format(path)
-    if fmt == "onnx":
-        from aiacc.core.onnx import load
-
-        return load(path)
     if fmt == "aiacc-json":
         from aiacc.core.serialize import load
 
         return load(path)
     if fmt == "aiacc-text":
         return load_text(path)
-    mod = plugin_files(fmt)
-    if not hasattr(mod, "load_graph"):
-        raise UnsupportedError(f"aiacc.plugins.{fmt}.files has no load_graph()")
-    return mod.load_graph(path, **kw)
+    return get_plugin(fmt).load_file(path, **kw)
 
 
 def load_text(path: str):
@@ -97,24 +75,25 @@ def load_text(path: str):
     return parse(text, weights)
 
 
-def save_graph(graph, out: str) -> None:
-    """Write a Graph as .onnx, aiacc .json (+ .npz) or text .aiacc (+ .npz)."""
+def save_graph(graph, out: str) -> list[str]:
+    """Write a Graph as .onnx, aiacc .json (+ .npz) or text .aiacc (+ .npz); returns the paths written."""
     low = out.lower()
     if low.endswith(".onnx"):
         from aiacc.core.onnx import save
 
         save(graph, out)
-    elif low.endswith(".json"):
+        return [out]
+    if low.endswith(".json"):
         from aiacc.core.serialize import save
 
-        save(graph, out)
-    elif low.endswith(".aiacc") or low.endswith(".txt"):
-        write_text(graph, out)
-    else:
-        raise UnsupportedError(f"{out}: write .onnx, .json or .aiacc")
+        return [out, save(graph, out)]
+    if low.endswith(".aiacc") or low.endswith(".txt"):
+        return [out, write_text(graph, out)]
+    raise UnsupportedError(f"{out}: write .onnx, .json or .aiacc")
 
 
 def write_text(graph, out: str) -> str:
+    """Write the graph's text form at `out` and its large constants beside it (.npz); returns the .npz path."""
     import numpy as np
 
     from aiacc.core.serialize import weights_path
@@ -141,18 +120,12 @@ def optimize_graph(graph, *, level: int = 2, passes=None, disable=None, debug: b
 
 
 def optimize_file(path: str, out: str, **opts: Any):
-    """Optimize a model file into `out`: ONNX and aiacc graphs here, other formats through their plugin."""
+    """Optimize a model file into `out` through its plugin; a FileReport (aiacc.plugins.base). ONNX and
+    aiacc graph files are graphs in and out: any of the graph forms may be written (by `out`'s name)."""
     fmt = detect_format(path)
     if fmt in ("onnx", "aiacc-json", "aiacc-text"):
-        graph = load_graph(path)
-        report = optimize_graph(graph, **opts)
-        graph.verify()
-        save_graph(graph, out)
-        return report
-    mod = plugin_files(fmt)
-    if not hasattr(mod, "optimize_file"):
-        raise UnsupportedError(f"aiacc.plugins.{fmt}.files has no optimize_file()")
-    return mod.optimize_file(path, out, **opts)
+        return get_plugin("onnx").optimize_file(path, out, load=load_graph, save=save_graph, **opts)
+    return get_plugin(fmt).optimize_file(path, out, **opts)
 
 
 # ------------------------------------------------------------------------------------------------ printing
@@ -312,8 +285,8 @@ def cmd_optimize(args) -> int:
     if args.debug:
         opts["debug"] = True
     report = optimize_file(args.model, args.output, **opts)
-    if report is not None and hasattr(report, "table") and not args.quiet:
-        _console().print(report.table())
+    if report.passes is not None and not args.quiet:
+        _console().print(report.passes.table())
     return 0
 
 

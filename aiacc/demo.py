@@ -25,95 +25,21 @@ import numpy as np
 
 from aiacc import zoo
 from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.plugins import get_plugin
+from aiacc.plugins.base import to_numpy_list  # noqa: F401  (the demo's helpers, shared with benchmarks)
+from aiacc.plugins.caffe.translator import opencv_available, opencv_runner  # noqa: F401
 
 DEMO_FRAMEWORKS = ("torch", "tf", "mxnet", "caffe")
 BACKENDS = ("native", "onnxruntime")
 TOLERANCE = 1e-4  # maximum relative error (to the largest magnitude of each output) that passes the check
-PLUGIN_HINTS = {"torch": "pip install 'aiacc[torch]'", "tf": "pip install 'aiacc[tf]'",
-                "mxnet": "pip install 'aiacc[mxnet]'", "caffe": "protobuf"}
 
 
 # ------------------------------------------------------------------------------------------------ running
-def to_numpy_list(out: Any) -> list[np.ndarray]:
-    """Model outputs (a tensor, a tuple/list/dict of them, of any of the frameworks) as numpy arrays."""
-    if isinstance(out, dict):
-        return [a for v in out.values() for a in to_numpy_list(v)]
-    if isinstance(out, (list, tuple)):
-        return [a for v in out for a in to_numpy_list(v)]
-    if hasattr(out, "asnumpy"):  # MXNet NDArray (waits for the result)
-        return [out.asnumpy()]
-    if hasattr(out, "detach"):  # torch.Tensor
-        return [out.detach().cpu().numpy()]
-    if hasattr(out, "numpy"):  # tf.Tensor
-        return [out.numpy()]
-    return [np.asarray(out)]
-
-
 def runner(framework: str, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
     """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
-    outputs as numpy arrays. Inputs are converted to the framework's tensors once, outside the call.
-    A CaffeModel runs in OpenCV dnn where OpenCV is installed (else on aiacc's reference executor)."""
-    if framework == "torch":
-        import torch
-
-        xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-
-        def run_torch():
-            with torch.no_grad():
-                return to_numpy_list(model(*xs))
-        return run_torch
-    if framework == "tf":
-        import tensorflow as tf
-
-        xs = [tf.constant(a) for a in (inputs if isinstance(inputs, (tuple, list)) else (inputs,))]
-        return lambda: to_numpy_list(model(*xs))
-    if framework == "mxnet":
-        from aiacc.plugins.mxnet._import import import_mxnet
-
-        mx = import_mxnet()
-        xs = [mx.nd.array(a, dtype=a.dtype) for a in inputs]
-        return lambda: to_numpy_list(model(*xs))
-    if framework == "caffe":
-        from aiacc.plugins.caffe import CaffeModel
-
-        if isinstance(model, CaffeModel) and opencv_available():
-            return opencv_runner(model, inputs)
-        feeds = dict(inputs)  # no OpenCV, or an OrtCaffeModel: the model's own forward
-        return lambda: list(model.forward(**feeds).values())
-    if framework == "onnx":
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        return lambda: session.run(None, dict(inputs))
-    raise UnsupportedError(f"no runner for framework {framework!r}")
-
-
-def opencv_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("cv2") is not None
-
-
-def opencv_runner(caffe_model: Any, inputs: dict[str, np.ndarray]) -> Callable[[], list[np.ndarray]]:
-    """A callable running a CaffeModel's .prototxt/.caffemodel in OpenCV dnn, the Caffe runtime at hand
-    (there is no Caffe package). Winograd is off: it changes the numbers beyond 1e-4."""
-    import tempfile
-
-    import cv2
-
-    with tempfile.TemporaryDirectory(prefix="aiacc-caffe-") as tmp:
-        prototxt, caffemodel = os.path.join(tmp, "net.prototxt"), os.path.join(tmp, "net.caffemodel")
-        caffe_model.save(prototxt, caffemodel)
-        net = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
-    net.enableWinograd(False)
-    feeds = dict(inputs)
-    outs = list(caffe_model.outputs)
-
-    def run():
-        for name, x in feeds.items():
-            net.setInput(x, name)
-        return [np.array(o) for o in net.forward(outs)]
-    return run
+    outputs as numpy arrays: the plugin's `runner` (inputs are converted to the framework's tensors once,
+    outside the call; a CaffeModel runs in OpenCV dnn where OpenCV is installed)."""
+    return get_plugin(framework).runner(model, inputs)
 
 
 def set_threads(n: int) -> None:
@@ -187,14 +113,12 @@ def max_rel_error(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) 
 
 def framework_available(framework: str) -> str | None:
     """None when the framework and its aiacc plugin import, else why not."""
-    if not zoo.installed(framework):
-        return f"not installed ({PLUGIN_HINTS.get(framework, '')})"
     try:
-        from aiacc.plugins import load_plugin
-
-        load_plugin(framework)
+        plugin = get_plugin(framework)
     except Exception as e:  # a broken install: report it and go on with the other frameworks
         return f"plugin does not import: {type(e).__name__}: {e}"
+    if not zoo.installed(framework):
+        return f"not installed ({plugin.install_hint})"
     return None
 
 

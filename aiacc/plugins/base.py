@@ -1,120 +1,191 @@
-"""What every framework plugin shares: the optimize() flow (trace, passes, export, verify).
+"""The plugin protocol: what every framework plugin (torch, tf, mxnet, caffe, onnx) implements, the same way.
 
-A plugin subclasses `Translator` with its framework's import, export and run, and its package exposes
-`trace`, `optimize` and `export` built from it (see `plugin_api`).
+A plugin is one `Plugin` subclass instance, `aiacc.plugins.<name>.plugin`. It answers:
+
+    detect(model)              is this a model of my framework? (looks at sys.modules, imports nothing)
+    trace(model, inputs)       the model as an IR Graph
+    optimize(model, inputs)    trace -> core passes -> export -> verify against the original (written here)
+    export(graph, backend=, providers=)
+                               the graph as a model of the framework: backend "native" calls the plugin's
+                               `export_native`, backend "onnxruntime" its `export_onnxruntime` (with
+                               `providers`); the dispatch is written here, once
+    run(model, inputs)         outputs as numpy, without side effects (the before/after comparison)
+    runner(model, inputs)      a no-argument callable running the model (timing: inputs converted once)
+    feeds(graph, inputs)       the inputs as IR feeds for the reference executor (debug mode)
+    load_file(path)            a model file of the framework as an IR Graph (`aiacc inspect/dump`)
+    optimize_file(path, out)   optimize a model file and write the result; a `FileReport` (`aiacc optimize`)
+
+A plugin module imports its framework only inside the methods that need it: importing any plugin package
+is cheap, which lets `aiacc.plugins.framework_of` ask every plugin's `detect` in turn.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
+from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph
-from aiacc.errors import VerificationError
+from aiacc.errors import UnsupportedError, VerificationError
+
+BACKENDS = ("native", "onnxruntime")
 
 
-class Translator:
-    """Framework-specific half of a plugin. Subclasses override the four methods below."""
+@dataclass
+class FileReport:
+    """What `Plugin.optimize_file` did (the same type for every plugin and for aiacc's own graph files)."""
 
-    framework = "?"
+    source: str  # the model file read
+    framework: str  # the plugin that read it ("torch", "tf", "mxnet", "caffe", "onnx")
+    written: list[str] = field(default_factory=list)  # every file written, in order
+    passes: Any = None  # the pass report (aiacc.core.passes.PassReport); None when no pass ran
+    model: Any = None  # the optimized model object (a framework model, or the IR Graph)
+
+
+class Plugin:
+    """One framework's half of aiacc. Subclasses set the class attributes and override `detect`, `trace`,
+    `export_native`, `export_onnxruntime`, `run` and, where they can, `feeds` and `runner`; the files
+    entry points live in the plugin's `files` module (`load_graph`, `optimize_file`)."""
+
+    name = "?"  # the plugin's name in aiacc.plugins ("torch", ...)
+    title = "?"  # how messages name the framework ("TF", "MXNet", ...)
+    install_hint = ""  # how to install the framework ("pip install 'aiacc[torch]'")
     rtol = 1e-4
     atol = 1e-5
 
-    def trace(self, model: Any, example_inputs: Any, **options: Any) -> Graph:
+    @property
+    def framework(self) -> str:
+        """The plugin's name (the name error messages and reports use)."""
+        return self.name
+
+    # ------------------------------------------------------------------------------------------ the protocol
+    def detect(self, model: Any) -> bool:
+        """True when `model` belongs to this plugin's framework. Must not import anything: it looks at
+        sys.modules (a user holding a torch model has imported torch already)."""
+        raise NotImplementedError
+
+    def trace(self, model: Any, example_inputs: Any = None, **options: Any) -> Graph:
         """Translate `model` into an IR graph (inference or training semantics as options say)."""
         raise NotImplementedError
 
-    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> Any:
-        """Turn an (optimized) graph back into a model of this framework, or one that runs `backend`."""
+    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", providers: Any = None,
+               **options: Any) -> Any:
+        """Turn an (optimized) graph into a model of this framework: backend "native" lowers it to the
+        framework's own ops, backend "onnxruntime" runs it in onnxruntime on `providers` (default: the
+        best available, see aiacc.backends.onnxruntime)."""
+        if backend == "native":
+            return self.export_native(graph, original=original, **options)
+        if backend == "onnxruntime":
+            return self.export_onnxruntime(graph, original=original, providers=providers, **options)
+        raise UnsupportedError(f"the {self.title} plugin has no backend {backend!r} "
+                               f"(use {' or '.join(repr(b) for b in BACKENDS)})")
+
+    def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
+        """The graph as a model of this framework, in its own ops (backend="native")."""
+        raise NotImplementedError
+
+    def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
+                           **options: Any) -> Any:
+        """A model of this framework's kind whose forward runs the graph in onnxruntime on `providers`."""
         raise NotImplementedError
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
-        """Run a model of this framework; outputs flattened to a list of numpy arrays (NCHW where the
-        graph is NCHW is not required: only original-vs-optimized comparisons use this)."""
+        """Run a model of this framework (original or optimized); outputs flattened to a list of numpy
+        arrays, without side effects on the model (only original-vs-optimized comparisons use this)."""
         raise NotImplementedError
+
+    def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
+        """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
+        outputs as numpy arrays, for timing; plugins convert the inputs to framework tensors once here."""
+        return lambda: self.run(model, inputs)
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         """The example inputs as IR feeds (graph input name -> array in the IR's layout), for per-pass
         numerics checks on the reference executor; None when the plugin cannot provide them."""
         return None
 
+    # ------------------------------------------------------------------------------------------ optimize
+    def optimize(self, model: Any, example_inputs: Any = None, *, level: int = 2, passes: Any = None,
+                 disable: Any = None, backend: str = "native", verify: bool = True, debug: bool = False,
+                 **options: Any) -> Any:
+        """trace -> core passes -> export -> (verify against the original on the example inputs). The
+        result carries the pass report as `aiacc_report` where the object accepts the attribute."""
+        graph = self.trace(model, example_inputs, **options)
+        report = None
+        if level > 0 or passes:
+            from aiacc.core.passes import run_passes
 
-def compare_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float, atol: float,
-                    what: str) -> None:
-    """Raise VerificationError naming the first output that differs beyond tolerance."""
-    if len(expected) != len(actual):
-        raise VerificationError(f"{what}: {len(actual)} outputs, the original has {len(expected)}")
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        e, a = np.asarray(e), np.asarray(a)
-        if e.shape != a.shape:
-            raise VerificationError(f"{what}: output {i} has shape {list(a.shape)}, the original {list(e.shape)}")
-        if e.dtype.kind in "fc":
-            scale = max(float(np.max(np.abs(e))) if e.size else 0.0, 1e-30)
-            err = float(np.max(np.abs(e.astype(np.float64) - a.astype(np.float64)))) if e.size else 0.0
-            if not np.isfinite(err) or err > atol + rtol * scale:
-                raise VerificationError(f"{what}: output {i} differs from the original by {err:.3g} "
-                                        f"(max |original| {scale:.3g}, tolerance rtol={rtol} atol={atol})")
-        elif not np.array_equal(e, a):
-            raise VerificationError(f"{what}: output {i} differs from the original")
+            feeds = self.feeds(graph, example_inputs) if debug else None
+            report = run_passes(graph, level=level, passes=passes, disable=disable, debug=debug, feeds=feeds,
+                                mode=options.get("mode", "inference"))
+        out = self.export(graph, original=model, backend=backend, **options)
+        if verify and example_inputs is not None:
+            problem = compare_outputs(self.run(model, example_inputs), self.run(out, example_inputs),
+                                      self.rtol, self.atol)
+            if problem:
+                culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
+                raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
+        try:
+            out.aiacc_report = report
+        except (AttributeError, TypeError):
+            pass
+        return out
 
-
-def optimize_model(translator: Translator, model: Any, example_inputs: Any, *, level: int = 2,
-                   passes: Any = None, disable: Any = None, backend: str = "native", verify: bool = True,
-                   debug: bool = False, **options: Any) -> Any:
-    """trace -> core passes -> export -> (verify against the original on the example inputs)."""
-    graph = translator.trace(model, example_inputs, **options)
-    report = None
-    if level > 0 or passes:
+    def _find_culprit(self, model: Any, example_inputs: Any, level: int, passes: Any, disable: Any,
+                      options: dict) -> str:
+        """Replay the passes in debug mode on the reference executor to name the pass that broke numerics."""
+        if not (level > 0 or passes):
+            return "no pass ran: the translation itself differs"
         from aiacc.core.passes import run_passes
 
-        feeds = translator.feeds(graph, example_inputs) if debug else None
-        report = run_passes(graph, level=level, passes=passes, disable=disable, debug=debug, feeds=feeds,
-                            mode=options.get("mode", "inference"))
-    out = translator.export(graph, original=model, backend=backend, **options)
-    if verify and example_inputs is not None:
-        expected = translator.run(model, example_inputs)
-        actual = translator.run(out, example_inputs)
+        graph = self.trace(model, example_inputs, **options)
+        feeds = self.feeds(graph, example_inputs)
+        if feeds is None:
+            return "the plugin cannot replay the passes to name the one responsible"
         try:
-            compare_outputs(expected, actual, translator.rtol, translator.atol,
-                            f"aiacc.optimize ({translator.framework}, backend={backend})")
+            run_passes(graph, level=level, passes=passes, disable=disable, debug=True, feeds=feeds,
+                       mode=options.get("mode", "inference"))
         except VerificationError as e:
-            culprit = _find_culprit(translator, model, example_inputs, level, passes, disable, options)
-            raise VerificationError(f"{e}; {culprit}") from None
-    try:
-        out.aiacc_report = report
-    except (AttributeError, TypeError):
-        pass
-    return out
+            return str(e)
+        return "every pass preserves numerics on the reference executor: the export (lowering) differs"
+
+    # ------------------------------------------------------------------------------------------ files
+    def files(self):
+        """The plugin's `files` module, imported on first use; a clear UnsupportedError when it is missing
+        or the framework it needs is not installed."""
+        module = f"aiacc.plugins.{self.name}.files"
+        try:
+            return importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            missing = e.name or ""
+            if missing.startswith("aiacc"):
+                raise UnsupportedError(f"reading {self.name} models needs {module}, which this aiacc does not "
+                                       f"have") from e
+            raise UnsupportedError(f"reading {self.name} models needs the {missing!r} package "
+                                   f"({self.install_hint})") from e
+
+    def load_file(self, path: str, **options: Any) -> Graph:
+        """The IR graph of a model file of this framework (`files.load_graph`)."""
+        return self.files().load_graph(path, **options)
+
+    def optimize_file(self, path: str, out: str, **options: Any) -> FileReport:
+        """Optimize a model file of this framework and write the result at `out` (`files.optimize_file`;
+        options: level, passes, disable, debug, verify and the framework's own)."""
+        return self.files().optimize_file(path, out, **options)
 
 
-def _find_culprit(translator, model, example_inputs, level, passes, disable, options) -> str:
-    """Replay the passes in debug mode on the reference executor to name the pass that broke numerics."""
-    if not (level > 0 or passes):
-        return "no pass ran: the translation itself differs"
-    from aiacc.core.passes import run_passes
-
-    graph = translator.trace(model, example_inputs, **options)
-    feeds = translator.feeds(graph, example_inputs)
-    if feeds is None:
-        return "the plugin cannot replay the passes to name the one responsible"
-    try:
-        run_passes(graph, level=level, passes=passes, disable=disable, debug=True, feeds=feeds,
-                   mode=options.get("mode", "inference"))
-    except VerificationError as e:
-        return str(e)
-    return "every pass preserves numerics on the reference executor: the export (lowering) differs"
-
-
-def plugin_api(translator: Translator):
-    """The module-level trace / optimize / export functions of a plugin built on `translator`."""
-
-    def trace(model: Any, example_inputs: Any = None, **options: Any) -> Graph:
-        return translator.trace(model, example_inputs, **options)
-
-    def optimize(model: Any, example_inputs: Any = None, **options: Any) -> Any:
-        return optimize_model(translator, model, example_inputs, **options)
-
-    def export(graph: Graph, **options: Any) -> Any:
-        return translator.export(graph, **options)
-
-    return trace, optimize, export
+def to_numpy_list(out: Any) -> list[np.ndarray]:
+    """Model outputs (a tensor, a tuple/list/dict of them, of any of the frameworks) as numpy arrays."""
+    if isinstance(out, dict):
+        return [a for v in out.values() for a in to_numpy_list(v)]
+    if isinstance(out, (list, tuple)):
+        return [a for v in out for a in to_numpy_list(v)]
+    if hasattr(out, "asnumpy"):  # MXNet NDArray (waits for the result)
+        return [out.asnumpy()]
+    if hasattr(out, "detach"):  # torch.Tensor
+        return [out.detach().cpu().numpy()]
+    if hasattr(out, "numpy"):  # tf.Tensor
+        return [out.numpy()]
+    return [np.asarray(out)]

@@ -1,11 +1,11 @@
 """The `aiacc` command: inspect, dump, optimize, example, and the dispatch of other frameworks' files."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -13,6 +13,8 @@ import pytest
 from aiacc import cli
 from aiacc.core import parse
 from aiacc.errors import UnsupportedError
+from aiacc.plugins import get_plugin
+from aiacc.plugins.base import FileReport
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -112,26 +114,50 @@ def test_saved_model_directory(tmp_path):
 
 
 def test_dispatch_to_plugin_files(monkeypatch):
+    # other frameworks' files go through the plugin protocol: the plugin's load_file / optimize_file
     calls = []
-    fake = types.SimpleNamespace(load_graph=lambda path, **kw: calls.append(("load", path)) or "graph",
-                                 optimize_file=lambda path, out, **kw: calls.append(("opt", path, out, kw)))
-    monkeypatch.setattr(cli.importlib, "import_module",
-                        lambda name: fake if name == "aiacc.plugins.caffe.files" else pytest.fail(name))
+    report = FileReport("net.prototxt", "caffe", ["out.prototxt", "out.caffemodel"])
+    plugin = get_plugin("caffe")
+    monkeypatch.setattr(plugin, "load_file", lambda path, **kw: calls.append(("load", path)) or "graph")
+    monkeypatch.setattr(plugin, "optimize_file",
+                        lambda path, out, **kw: calls.append(("opt", path, out, kw)) or report)
     assert cli.load_graph("net.prototxt") == "graph"
-    cli.optimize_file("net.prototxt", "out.prototxt", level=1)
+    assert cli.optimize_file("net.prototxt", "out.prototxt", level=1) is report
     assert calls == [("load", "net.prototxt"), ("opt", "net.prototxt", "out.prototxt", {"level": 1})]
 
 
-def test_missing_plugin_or_framework_is_a_clear_error(monkeypatch):
-    def missing(module):
-        def raise_(name):
-            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
-        return raise_
+def test_optimize_aiacc_text_file_gives_a_file_report_and_prints_the_passes(tmp_path, capsys):
+    pytest.importorskip("aiacc.core.passes")
+    g = parse("""graph g(%x: float32[2,3]) {
+  %i: float32[2,3] = Identity<i>(%x)
+  %y: float32[2,3] = Relu<r>(%i)
+  return %y
+}""")
+    src, out = str(tmp_path / "g.aiacc"), str(tmp_path / "o.aiacc")
+    cli.write_text(g, src)
+    report = cli.optimize_file(src, out, level=1)
+    assert isinstance(report, FileReport) and report.framework == "onnx" and report.source == src
+    assert report.written == [out, str(tmp_path / "o.npz")] and all(os.path.exists(p) for p in report.written)
+    assert report.passes.nodes_before == 2 and report.passes.nodes_after == 1
+    assert [n.op for n in report.model] == ["Relu"] and cli.load_graph(out).equals(report.model)
+    assert cli.main(["optimize", src, "-o", out]) == 0
+    assert "identity_removal" in capsys.readouterr().out
 
-    monkeypatch.setattr(cli.importlib, "import_module", missing("aiacc.plugins.caffe.files"))
+
+def test_missing_plugin_or_framework_is_a_clear_error(monkeypatch):
+    real = importlib.import_module
+
+    def missing(module):
+        def import_module(name, *args):
+            if name.endswith(".files"):  # the plugin packages themselves import nothing heavy
+                raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+            return real(name, *args)
+        return import_module
+
+    monkeypatch.setattr(importlib, "import_module", missing("aiacc.plugins.caffe.files"))
     with pytest.raises(UnsupportedError, match="reading caffe models needs aiacc.plugins.caffe.files"):
         cli.load_graph("net.prototxt")
-    monkeypatch.setattr(cli.importlib, "import_module", missing("mxnet"))
+    monkeypatch.setattr(importlib, "import_module", missing("mxnet"))
     with pytest.raises(UnsupportedError, match=r"needs the 'mxnet' package \(pip install 'aiacc\[mxnet\]'\)"):
         cli.load_graph("model-symbol.json")
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph, Node
 from aiacc.errors import AiaccError, GraphError, KernelError, VerificationError
 
@@ -331,31 +332,6 @@ def random_feeds(graph: Graph, seed: int = 0, batch: int = 2, size: int = 8) -> 
     return feeds
 
 
-def compare(expected: list[np.ndarray], actual: list[np.ndarray], rtol: float, atol: float) -> str | None:
-    """None when outputs agree within atol + rtol * max|expected|, else what differs."""
-    if len(expected) != len(actual):
-        return f"{len(actual)} outputs instead of {len(expected)}"
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        if e.shape != a.shape:
-            return f"output {i} has shape {list(a.shape)} instead of {list(e.shape)}"
-        if e.dtype != a.dtype:
-            return f"output {i} has dtype {a.dtype.name} instead of {e.dtype.name}"
-        if e.dtype.kind in "fc":
-            if not e.size:
-                continue
-            same = (np.isnan(e) & np.isnan(a)) | (e == a)  # equal infinities and NaNs agree
-            finite = np.isfinite(e)
-            scale = max(float(np.max(np.abs(e[finite]))) if finite.any() else 0.0, 1e-30)
-            with np.errstate(invalid="ignore"):
-                diff = np.where(same, 0.0, np.abs(e.astype(np.float64) - a.astype(np.float64)))
-            err = float(np.max(diff))
-            if not np.isfinite(err) or err > atol + rtol * scale:
-                return f"output {i} differs by {err:.3g} (max |expected| {scale:.3g}, rtol={rtol}, atol={atol})"
-        elif not np.array_equal(e, a):
-            return f"output {i} differs"
-    return None
-
-
 def _run_outputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     from aiacc.core.runtime.executor import run
 
@@ -435,7 +411,7 @@ class PassManager:
                     except AiaccError as e:
                         raise VerificationError(f"pass {p.name} left a graph the reference executor cannot run: "
                                                 f"{e}") from e
-                    problem = compare(baseline, got, self.rtol, self.atol)
+                    problem = compare_outputs(baseline, got, self.rtol, self.atol)
                     if problem:
                         raise VerificationError(f"pass {p.name} changed the numerics: {problem}")
                     rec.checked = "graph+numerics"

@@ -9,34 +9,30 @@
 There is no Caffe runtime: files are read and written with protobuf through the schema in caffe.proto
 (caffe_pb2.py is generated from it), and CaffeModel.forward runs on aiacc's reference executor.
 Submodules: proto (files, legacy upgrades, blobs), importer (layers -> IR), exporter (IR -> layers),
-model (CaffeModel), ort (OrtCaffeModel, backend='onnxruntime'), translator (the plugin API), files (the CLI's entry points).
+model (CaffeModel), ort (OrtCaffeModel, backend='onnxruntime'), translator (the Plugin; `plugin` here), files (the
+CLI's entry points). Import-light: CaffeModel, OrtCaffeModel, register_layer and unregister_layer are
+imported (with protobuf) on first use.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from aiacc.plugins.base import optimize_model
-from aiacc.plugins.caffe.importer import register_layer, unregister_layer  # noqa: F401
-from aiacc.plugins.caffe.model import CaffeModel  # noqa: F401
-from aiacc.plugins.caffe.ort import OrtCaffeModel  # noqa: F401
-from aiacc.plugins.caffe.translator import CaffeTranslator
+from aiacc.plugins.caffe.translator import PLUGIN as plugin
 
-_translator = CaffeTranslator()
+trace, optimize, export = plugin.trace, plugin.optimize, plugin.export
 
-
-def trace(model: CaffeModel, example_inputs: Any = None, **options: Any):
-    """Translate a CaffeModel into an aiacc IR Graph."""
-    return _translator.trace(model, example_inputs, **options)
+# the Caffe classes users construct, imported (with protobuf) only when asked for
+_LAZY = {"CaffeModel": "aiacc.plugins.caffe.model", "OrtCaffeModel": "aiacc.plugins.caffe.ort",
+         "register_layer": "aiacc.plugins.caffe.importer", "unregister_layer": "aiacc.plugins.caffe.importer",
+         "CaffeTranslator": "aiacc.plugins.caffe.translator"}
 
 
-def optimize(model: CaffeModel, example_inputs: Any = None, **options: Any) -> CaffeModel:
-    """Optimize a CaffeModel; returns a CaffeModel (see aiacc.optimize for the options)."""
-    return optimize_model(_translator, model, example_inputs, **options)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def export(graph, **options: Any) -> CaffeModel:
-    """Turn an IR graph into a CaffeModel."""
-    return _translator.export(graph, **options)
-
-
-__all__ = ["CaffeModel", "OrtCaffeModel", "CaffeTranslator", "register_layer", "unregister_layer", "trace", "optimize", "export"]
+__all__ = ["plugin", "trace", "optimize", "export", "CaffeModel", "OrtCaffeModel", "register_layer",
+           "unregister_layer"]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
+from aiacc.plugins.base import FileReport
 
 
 def weights_path_for(prototxt: str) -> str | None:
@@ -21,6 +22,7 @@ def weights_path_for(prototxt: str) -> str | None:
 
 
 def read_model(path: str, weights: str | None = None):
+    """The CaffeModel of a .prototxt and its weights (`weights=`, else NAME.caffemodel beside it, if any)."""
     from aiacc.plugins.caffe.model import CaffeModel
 
     return CaffeModel.load(path, weights or weights_path_for(path))
@@ -32,23 +34,23 @@ def load_graph(path: str, *, weights: str | None = None, **_: Any) -> Graph:
 
 
 def optimize_file(path: str, out: str, *, weights: str | None = None, level: int = 2, passes: Any = None,
-                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any):
-    """Optimize a Caffe net and write OUT.prototxt and OUT.caffemodel; returns the pass report.
+                  disable: Any = None, verify: bool = True, seed: int = 0, **_: Any) -> FileReport:
+    """Optimize a Caffe net and write OUT.prototxt and OUT.caffemodel (the report's `model`: a CaffeModel).
 
     With verify, the original and the optimized net run on random inputs (reference executor) and must
     agree within 1e-4 relative."""
-    from aiacc.plugins.caffe import optimize
+    from aiacc.plugins.caffe.translator import PLUGIN
 
     model = read_model(path, weights)
     example = None
     if verify:
         rng = np.random.default_rng(seed)
         example = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in model.inputs.items()}
-    fast = optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
+    fast = PLUGIN.optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
     base, ext = os.path.splitext(out)
     if ext not in (".prototxt", ".pt"):
         base = out
     os.makedirs(os.path.dirname(os.path.abspath(base)) or ".", exist_ok=True)
     prototxt, caffemodel = base + ".prototxt", base + ".caffemodel"
     fast.save(prototxt, caffemodel)
-    return getattr(fast, "aiacc_report", None)
+    return FileReport(path, "caffe", [prototxt, caffemodel], getattr(fast, "aiacc_report", None), fast)

@@ -7,33 +7,11 @@
 Import-light: mxnet is imported (with numpy's removed aliases restored first, see `_import`) only when
 a model is traced, exported or run. Submodules: symjson (the JSON format), importer (MXNet ops -> IR),
 exporter (IR -> MXNet ops), mxrun (everything that calls mxnet), native (the exported SymbolBlock, run
-with MXNet's MKLDNN fusions where available), translator (the plugin API), files (the CLI's file entry
+with MXNet's MKLDNN fusions where available), translator (the Plugin; `plugin` here), files (the CLI's file entry
 points), ort (the onnxruntime backend), horovod (distributed training).
 """
-from __future__ import annotations
+from aiacc.plugins.mxnet.translator import PLUGIN as plugin
 
-from typing import Any
+trace, optimize, export = plugin.trace, plugin.optimize, plugin.export
 
-
-def _translator():
-    from aiacc.plugins.mxnet.translator import MXNetTranslator
-
-    return MXNetTranslator()
-
-
-def trace(model: Any, example_inputs: Any = None, **options: Any):
-    """Translate a Gluon HybridBlock, a (Symbol, arg_params, aux_params) triple, a Symbol or a
-    -symbol.json path into an aiacc IR Graph."""
-    return _translator().trace(model, example_inputs, **options)
-
-
-def optimize(model: Any, example_inputs: Any = None, **options: Any):
-    """Optimize an MXNet model; returns a gluon.SymbolBlock (see aiacc.optimize for the options)."""
-    from aiacc.plugins.base import optimize_model
-
-    return optimize_model(_translator(), model, example_inputs, **options)
-
-
-def export(graph, **options: Any):
-    """Turn an IR graph into a gluon.SymbolBlock (backend="native") or an onnxruntime-backed Gluon block."""
-    return _translator().export(graph, **options)
+__all__ = ["plugin", "trace", "optimize", "export"]

@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph
+from aiacc.errors import VerificationError
+from aiacc.plugins.base import FileReport
 from aiacc.plugins.mxnet.model import params_path_for, read_model  # noqa: F401  (params_path_for: the tests' name)
 
 
@@ -70,13 +72,14 @@ def load_graph(path: str, *, params: str | None = None, input_shapes: Mapping[st
 
 def optimize_file(path: str, out: str, *, params: str | None = None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None, level: int = 2, passes: Any = None,
-                  disable: Any = None, debug: bool = False, verify: bool = True, seed: int = 0, **_: Any):
+                  disable: Any = None, debug: bool = False, verify: bool = True, seed: int = 0,
+                  **_: Any) -> FileReport:
     """Optimize an MXNet -symbol.json (+ .params) and write OUT-symbol.json and OUT-0000.params.
 
     With verify (and known input shapes), the original and the optimized model run on the same random
-    inputs and must agree within 1e-4 relative. Returns the pass report (None at level 0); the written
-    paths are in its `written` attribute where it has one, and always in `written_paths(out)`."""
-    from aiacc.plugins.base import compare_outputs
+    inputs and must agree within 1e-4 relative. The report's `written` is `written_paths(out)`, its
+    `model` the optimized IR graph."""
+    from aiacc.core.compare import compare_outputs
     from aiacc.plugins.mxnet.exporter import export_symbol
     from aiacc.plugins.mxnet.mxrun import save_params, symbol_block
     from aiacc.plugins.mxnet.translator import MXNetTranslator, _flatten_outputs
@@ -102,13 +105,15 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
         expected = _flatten_outputs(ref(*[mx.nd.array(a) for a in feeds]))
         actual = _flatten_outputs(new(*[mx.nd.array(a) for a in feeds]))
         t = MXNetTranslator()
-        compare_outputs(expected, actual, t.rtol, t.atol, f"aiacc optimize {path}")
+        problem = compare_outputs(expected, actual, t.rtol, t.atol)
+        if problem:
+            raise VerificationError(f"aiacc optimize {path}: {problem}")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     sym_path, params_path = written_paths(out)
     with open(sym_path, "w") as f:
         f.write(sym.to_json())
     save_params(params_path, args, aux)
-    return report
+    return FileReport(path, "mxnet", [sym_path, params_path], report, g)
 
 
 def written_paths(out: str) -> tuple[str, str]:

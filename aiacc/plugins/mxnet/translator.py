@@ -8,13 +8,14 @@ Inputs of a Gluon block are named as `HybridBlock.export` names them: `data` for
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType
 from aiacc.errors import KernelError, ShapeError, UnsupportedError
-from aiacc.plugins.base import Translator
+from aiacc.plugins.base import Plugin, to_numpy_list
 from aiacc.plugins.mxnet import export_ops, import_ops  # noqa: F401  (fill the op tables; no mxnet import)
 from aiacc.plugins.mxnet._import import import_mxnet
 from aiacc.plugins.mxnet.model import MXNetModel, read_model
@@ -179,8 +180,19 @@ def _static_shape_breaks(graph: Graph) -> bool:
                for n in graph)
 
 
-class MXNetTranslator(Translator):
-    framework = "mxnet"
+class MXNetPlugin(Plugin):
+    name = "mxnet"
+    title = "MXNet"
+    install_hint = "pip install 'aiacc[mxnet]'"
+
+    def detect(self, model: Any) -> bool:
+        """A Gluon Block, an MXNet Symbol or a (Symbol, arg_params, aux_params) triple."""
+        mx = sys.modules.get("mxnet")
+        if mx is None:
+            return False
+        if isinstance(model, (mx.gluon.Block, mx.symbol.Symbol)):
+            return True
+        return isinstance(model, tuple) and len(model) == 3 and isinstance(model[0], mx.symbol.Symbol)
 
     def trace(self, model: Any, example_inputs: Any = None, *, input_shapes: Mapping[str, Sequence] | None = None,
               mode: str = "inference", **options: Any) -> Graph:
@@ -202,18 +214,10 @@ class MXNetTranslator(Translator):
         g.meta["framework"] = "mxnet"
         return g
 
-    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> Any:
-        """A gluon.SymbolBlock computing the graph (backend "native"), or a Gluon block running it in
-        onnxruntime (backend "onnxruntime").
-
-        Native options: static_alloc and static_shape (CachedOp flags, default True), subgraph_backend
-        ("auto": MXNet's MKLDNN fusions where the build has MKLDNN; None: none)."""
-        if backend == "onnxruntime":
-            from aiacc.plugins.mxnet.ort import OrtBlock
-
-            return OrtBlock(graph)
-        if backend != "native":
-            raise UnsupportedError(f"unknown backend {backend!r} (expected 'native' or 'onnxruntime')")
+    def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
+        """A gluon.SymbolBlock computing the graph. Options: static_alloc and static_shape (CachedOp flags,
+        default True), subgraph_backend ("auto": MXNet's MKLDNN fusions where the build has MKLDNN; None:
+        none)."""
         from aiacc.plugins.mxnet.exporter import export_symbol
         from aiacc.plugins.mxnet.native import native_block
 
@@ -226,6 +230,13 @@ class MXNetTranslator(Translator):
                              subgraph_backend=options.get("subgraph_backend", "auto"))
         block.aiacc_graph = graph
         return block
+
+    def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
+                           **options: Any) -> Any:
+        """A Gluon block running the graph in onnxruntime."""
+        from aiacc.plugins.mxnet.ort import OrtBlock
+
+        return OrtBlock(graph, providers=providers)
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         mx = import_mxnet()
@@ -258,3 +269,13 @@ class MXNetTranslator(Translator):
         if len(arrays) != len(graph.inputs):
             raise ShapeError(f"graph {graph.name} has {len(graph.inputs)} inputs, {len(arrays)} example inputs given")
         return {v.name: a for v, a in zip(graph.inputs, arrays)}
+
+    def runner(self, model: Any, inputs: Any):
+        """Calls model(*inputs) on mx.nd arrays made once."""
+        mx = import_mxnet()
+        xs = [mx.nd.array(a, dtype=a.dtype) for a in inputs]
+        return lambda: to_numpy_list(model(*xs))
+
+
+PLUGIN = MXNetPlugin()
+MXNetTranslator = MXNetPlugin  # the name earlier code and tests use

@@ -4,12 +4,13 @@
     fast = optimize(model, example_inputs)    # a tf.Module whose __call__ is a tf.function
     module = export(graph)                    # IR -> tf.Module (NHWC TF graph again)
 
-TensorFlow itself is imported by the submodules when they are first used.
+Import-light: TensorFlow is imported by the submodules when they are first used. `plugin` is the plugin
+protocol object (aiacc.plugins.base.Plugin, in translator.py); files.py holds `aiacc inspect/dump/optimize`
+on SavedModel directories and .keras files.
 """
-from aiacc.plugins.base import plugin_api
-from aiacc.plugins.tf.translator import TFTranslator
+from aiacc.plugins.tf.translator import PLUGIN as plugin
 
-translator = TFTranslator()
-trace, optimize, export = plugin_api(translator)
+trace, optimize, export = plugin.trace, plugin.optimize, plugin.export
+translator = plugin  # the name the TF tests and earlier code use (it shadows the submodule's name)
 
-__all__ = ["trace", "optimize", "export", "translator"]
+__all__ = ["plugin", "trace", "optimize", "export"]

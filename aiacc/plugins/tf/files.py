@@ -12,6 +12,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph
 from aiacc.errors import ParseError, UnsupportedError
+from aiacc.plugins.base import FileReport
 from aiacc.plugins.tf._tf import tf
 
 
@@ -79,18 +80,18 @@ def random_inputs(graph: Graph, *, batch: int = 2, seed: int = 0) -> list[np.nda
 
 
 def optimize_file(path: str, out: str, *, level: int = 2, passes: Any = None, disable: Any = None,
-                  verify: bool = True, seed: int = 0, **_: Any) -> list[str]:
+                  verify: bool = True, seed: int = 0, **_: Any) -> FileReport:
     """Optimize a SavedModel directory or .keras file and save the result as a SavedModel at `out`.
 
     With verify, the original and the optimized model run on random inputs and must agree within 1e-4
-    relative. Returns [out]."""
-    from aiacc.plugins.tf import optimize
+    relative. The report's `model` is the optimized tf.Module."""
     from aiacc.plugins.tf.importer import import_model
+    from aiacc.plugins.tf.translator import PLUGIN
 
     model = load_model(path)
     example = None
     if verify:
         example = random_inputs(import_model(model, None), seed=seed)
-    fast = optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
+    fast = PLUGIN.optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
     tf().saved_model.save(fast, out)
-    return [out]
+    return FileReport(path, "tf", [out], getattr(fast, "aiacc_report", None), fast)

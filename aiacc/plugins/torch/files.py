@@ -8,6 +8,7 @@ from typing import Any
 
 from aiacc.core.ir import Graph
 from aiacc.errors import ParseError, UnsupportedError
+from aiacc.plugins.base import FileReport
 
 
 def is_torch_reference(path: str) -> bool:
@@ -48,23 +49,24 @@ def load_model(path: str) -> tuple[Any, Any]:
 
 def load_graph(path: str, mode: str | None = None, **kw: Any) -> Graph:
     """The IR graph of a PyTorch model file or factory reference (inference unless mode='train')."""
-    from aiacc.plugins.torch.translator import trace
+    from aiacc.plugins.torch.translator import PLUGIN
 
     model, example = load_model(path)
     if mode is None and hasattr(model, "eval"):
         mode = "inference"
-    return trace(model, example, mode=mode)
+    return PLUGIN.trace(model, example, mode=mode)
 
 
-def optimize_file(path: str, out: str, **kw: Any) -> Any:
-    """Optimize the model and write it: `.pt2` via torch.export, anything else via torch.save."""
+def optimize_file(path: str, out: str, **kw: Any) -> FileReport:
+    """Optimize the model and write it: `.pt2` via torch.export, anything else via torch.save. The
+    report's `model` is the optimized module."""
     import torch
 
-    from aiacc.plugins.torch.translator import optimize
+    from aiacc.plugins.torch.translator import PLUGIN
 
     model, example = load_model(path)
     kw.setdefault("mode", "inference")
-    fast = optimize(model, example, **kw)
+    fast = PLUGIN.optimize(model, example, **kw)
     out = str(out)
     if out.endswith(".pt2"):
         args = example if isinstance(example, tuple) else ()
@@ -77,4 +79,4 @@ def optimize_file(path: str, out: str, **kw: Any) -> Any:
         torch.export.save(program, out)
     else:
         torch.save(fast, out)
-    return fast
+    return FileReport(str(path), "torch", [out], getattr(fast, "aiacc_report", None), fast)

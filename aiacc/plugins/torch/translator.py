@@ -1,24 +1,26 @@
-"""The torch half of aiacc.optimize: trace (importer.py), export (exporter.py or the onnxruntime backend),
-run, and the reference-executor feeds."""
+"""The torch plugin (aiacc.plugins.base.Plugin): trace (importer.py), export (exporter.py natively, ort.py
+for backend="onnxruntime"), run, feeds and the timing runner. torch is imported inside the methods, so
+importing this module (and detecting a torch model) costs nothing."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import sys
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
-from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph
 from aiacc.errors import AiaccError, UnsupportedError
-from aiacc.plugins.base import Translator, optimize_model
+from aiacc.plugins.base import Plugin, to_numpy_list
 
 
 def normalize_mode(mode: str | None, model: Any = None) -> str:
     """'inference' or 'training' (the pass manager's names); 'train' and 'eval' are accepted too;
     None follows model.training."""
     if mode is None:
+        from torch import nn
+
         return "training" if isinstance(model, nn.Module) and model.training else "inference"
     aliases = {"train": "training", "training": "training", "eval": "inference", "inference": "inference"}
     if mode not in aliases:
@@ -26,10 +28,31 @@ def normalize_mode(mode: str | None, model: Any = None) -> str:
     return aliases[mode]
 
 
-class TorchTranslator(Translator):
-    framework = "torch"
+def _check_module(model: Any, verb: str) -> None:
+    from torch import nn
 
-    def trace(self, model: Any, example_inputs: Any, mode: str | None = None, **options: Any) -> Graph:
+    if not isinstance(model, nn.Module):
+        raise UnsupportedError(f"the torch plugin {verb} torch.nn.Module objects, not "
+                               f"{type(model).__module__}.{type(model).__name__}")
+
+
+class TorchPlugin(Plugin):
+    name = "torch"
+    title = "torch"
+    install_hint = "pip install 'aiacc[torch]'"
+
+    def detect(self, model: Any) -> bool:
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(model, torch.nn.Module)
+
+    def trace(self, model: Any, example_inputs: Any = None, mode: str | None = None, **options: Any) -> Graph:
+        """torch.nn.Module -> IR graph (inference, or training semantics with mode='train')."""
+        _check_module(model, "translates")
+        with aiacc_errors(f"aiacc.trace of {type(model).__name__}"):
+            return self._trace(model, example_inputs, mode)
+
+    def _trace(self, model: Any, example_inputs: Any, mode: str | None) -> Graph:
+        from aiacc.plugins.torch import import_ops  # noqa: F401  (fills the importer's op tables)
         from aiacc.plugins.torch.importer import Importer
 
         mode = normalize_mode(mode, model)
@@ -43,22 +66,28 @@ class TorchTranslator(Translator):
             graph.meta["torch.state_arrays"] = arrays
         return graph
 
-    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", **options: Any) -> nn.Module:
-        if backend == "native":
-            from aiacc.plugins.torch.exporter import export
+    def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
+        """An fx.GraphModule computing the graph (the original module supplies opaque calls and state)."""
+        from aiacc.plugins.torch import export_ops  # noqa: F401  (fills the exporter's op table)
+        from aiacc.plugins.torch.exporter import export
 
-            return export(graph, original)
-        if backend == "onnxruntime":
-            if graph.meta.get("torch.mode") == "train":
-                raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
-            from aiacc.plugins.torch.ort import OrtModule
+        return export(graph, original)
 
-            return OrtModule(graph)
-        raise UnsupportedError(f"unknown backend {backend!r} for torch (expected 'native' or 'onnxruntime')")
+    def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
+                           **options: Any) -> Any:
+        """An nn.Module running the graph in onnxruntime (inference only)."""
+        if graph.meta.get("torch.mode") == "train":
+            raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
+        from aiacc.plugins.torch.ort import OrtModule
+
+        return OrtModule(graph, providers=providers)
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         """Outputs as numpy, without side effects on the model (buffers and RNG restored, dropout seeded
         the same way for every model compared)."""
+        import torch
+        from torch.utils import _pytree as pytree
+
         from aiacc.plugins.torch.importer import normalize_inputs
 
         args, kwargs = normalize_inputs(model, example_inputs)
@@ -74,6 +103,8 @@ class TorchTranslator(Translator):
         return [t.detach().cpu().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
+        from torch.utils import _pytree as pytree
+
         from aiacc.plugins.torch.importer import bind_inputs, normalize_inputs, tensor_to_numpy
 
         feeds: dict[str, np.ndarray] = {}
@@ -91,8 +122,37 @@ class TorchTranslator(Translator):
         feeds.update(graph.meta.get("torch.state_arrays", {}))
         return {v.name: feeds[v.name] for v in graph.inputs if v.name in feeds}
 
+    def runner(self, model: Any, inputs: Any):
+        """Calls model(*inputs) under no_grad; outputs as numpy."""
+        import torch
 
-def _lookup_state(model: nn.Module, qualname: str) -> torch.Tensor:
+        xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+        def run_torch():
+            with torch.no_grad():
+                return to_numpy_list(model(*xs))
+        return run_torch
+
+    def optimize(self, model: Any, example_inputs: Any = None, **options: Any) -> Any:
+        """aiacc.optimize for torch: trace, run the passes, export, verify. mode defaults to the model's own
+        (train() -> 'train'); memory_budget (bytes) with mode='train' plans activation recomputation."""
+        _check_module(model, "optimizes")
+        options["mode"] = normalize_mode(options.get("mode"), model)
+        if options.get("backend") == "onnxruntime" and options["mode"] == "training":
+            raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
+        budget = options.pop("memory_budget", None)
+        if budget is not None and options["mode"] != "training":
+            raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
+        with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
+            out = super().optimize(model, example_inputs, **options)
+            if budget is not None:
+                report = getattr(out, "aiacc_report", None)
+                out = _plan_memory(out, example_inputs, budget)
+                out.aiacc_report = report
+        return out
+
+
+def _lookup_state(model: Any, qualname: str) -> Any:
     for name, t in model.named_parameters():
         if name == qualname:
             return t
@@ -105,7 +165,7 @@ def _lookup_state(model: nn.Module, qualname: str) -> torch.Tensor:
     raise UnsupportedError(f"the model has no parameter or buffer {qualname}")
 
 
-def _plan_memory(module: nn.Module, example_inputs: Any, budget: Any) -> nn.Module:
+def _plan_memory(module: Any, example_inputs: Any, budget: Any) -> Any:
     """mode='train', memory_budget=...: the training memory planner picks what to recompute."""
     try:
         from aiacc.plugins.torch.memory import plan_training_memory
@@ -114,22 +174,18 @@ def _plan_memory(module: nn.Module, example_inputs: Any, budget: Any) -> nn.Modu
     return plan_training_memory(module, example_inputs, budget)
 
 
-TRANSLATOR = TorchTranslator()
-
-
-def trace(model: Any, example_inputs: Any = None, **options: Any) -> Graph:
-    """torch.nn.Module -> IR graph (inference, or training semantics with mode='train')."""
-    if not isinstance(model, nn.Module):
-        raise UnsupportedError(f"the torch plugin translates torch.nn.Module objects, not "
-                               f"{type(model).__module__}.{type(model).__name__}")
-    with aiacc_errors(f"aiacc.trace of {type(model).__name__}"):
-        return TRANSLATOR.trace(model, example_inputs, **options)
+_WRAPPING = contextvars.ContextVar("aiacc_errors_wrapping", default=False)
 
 
 @contextlib.contextmanager
 def aiacc_errors(what: str):
     """Any failure that is not already an aiacc error becomes one (UnsupportedError naming the step and
-    the original exception, which stays chained as __cause__): callers catch AiaccError only."""
+    the original exception, which stays chained as __cause__): callers catch AiaccError only. Nested, the
+    outermost step names the failure (optimize's trace fails as "aiacc.optimize of ...")."""
+    if _WRAPPING.get():
+        yield
+        return
+    token = _WRAPPING.set(True)
     try:
         yield
     except AiaccError:
@@ -137,30 +193,9 @@ def aiacc_errors(what: str):
     except Exception as e:  # noqa: BLE001
         first = str(e).splitlines()[0] if str(e) else ""
         raise UnsupportedError(f"{what} failed: {type(e).__name__}: {first}") from e
+    finally:
+        _WRAPPING.reset(token)
 
 
-def optimize(model: Any, example_inputs: Any = None, **options: Any) -> nn.Module:
-    """aiacc.optimize for torch: trace, run the passes, export, verify. mode defaults to the model's own
-    (train() -> 'train'); memory_budget (bytes) with mode='train' plans activation recomputation."""
-    if not isinstance(model, nn.Module):
-        raise UnsupportedError(f"the torch plugin optimizes torch.nn.Module objects, not "
-                               f"{type(model).__module__}.{type(model).__name__}")
-    options["mode"] = normalize_mode(options.get("mode"), model)
-    if options.get("backend") == "onnxruntime" and options["mode"] == "training":
-        raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
-    budget = options.pop("memory_budget", None)
-    if budget is not None and options["mode"] != "training":
-        raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
-    with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
-        out = optimize_model(TRANSLATOR, model, example_inputs, **options)
-        if budget is not None:
-            report = getattr(out, "aiacc_report", None)
-            out = _plan_memory(out, example_inputs, budget)
-            out.aiacc_report = report
-    return out
-
-
-def export(graph: Graph, original: Any = None, backend: str = "native", **options: Any) -> nn.Module:
-    """IR graph -> torch module (native fx.GraphModule, or an onnxruntime-backed module)."""
-    return TRANSLATOR.export(graph, original=original, backend=backend, **options)
-
+PLUGIN = TorchPlugin()
+TRANSLATOR = PLUGIN  # the name earlier code and tests use

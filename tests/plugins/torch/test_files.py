@@ -17,7 +17,7 @@ def test_factory_reference(tmp_path):
     graph = load_graph("tests.zoo.torch_models:resnet18")
     assert not [n for n in graph if n.is_opaque] and graph.find_nodes("Conv")
     out = tmp_path / "mlp.pt"
-    fast = optimize_file("tests.zoo.torch_models:mlp", out)
+    fast = optimize_file("tests.zoo.torch_models:mlp", out).model  # a FileReport; .model: the optimized module
     loaded = torch.load(out, weights_only=False)
     model, (x,) = mlp()
     with torch.no_grad():
