@@ -110,6 +110,7 @@ class CaffeModel:
     def graph(self):
         """The net as an aiacc IR graph (translated once, then cached; `invalidate()` after editing `net`)."""
         if self._graph is None:
+            from aiacc.plugins.caffe import import_ops  # noqa: F401  (fills the importer's table)
             from aiacc.plugins.caffe.importer import import_net
 
             hint = "" if self._has_weights else " (no caffemodel was loaded: give one, or call fill_random())"
@@ -157,6 +158,7 @@ class CaffeModel:
         """Give every layer that lacks weights random ones of the right shapes (for tests and benchmarks).
 
         BatchNorm variances are positive and its moving-average factor is 1."""
+        from aiacc.plugins.caffe import import_ops  # noqa: F401  (fills the importer's table)
         from aiacc.plugins.caffe.importer import expected_blob_shapes
 
         rng = np.random.default_rng(seed)

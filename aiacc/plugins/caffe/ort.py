@@ -65,6 +65,7 @@ class OrtCaffeModel:
 
     def to_caffe(self):
         """The same optimized net as a plain CaffeModel (writable as .prototxt + .caffemodel)."""
+        from aiacc.plugins.caffe import export_ops  # noqa: F401  (fills the exporter's table)
         from aiacc.plugins.caffe.exporter import export_graph
 
         return export_graph(self.graph.copy(), self.name)

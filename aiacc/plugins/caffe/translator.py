@@ -37,6 +37,7 @@ class CaffePlugin(Plugin):
 
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
         """A CaffeModel (.prototxt + .caffemodel layers) computing the graph."""
+        from aiacc.plugins.caffe import export_ops  # noqa: F401  (fills the exporter's table)
         from aiacc.plugins.caffe.exporter import export_graph
 
         return export_graph(graph, _name(original))
