@@ -38,6 +38,9 @@ def test_process_functions(hvd):
     torch.testing.assert_close(hvd.allreduce(torch.tensor([3.0]), op=hvd.Sum), torch.tensor([3.0]))
     torch.testing.assert_close(hvd.allgather(torch.arange(3)), torch.arange(3))
     assert hvd.broadcast_object({"a": 1}) == {"a": 1}
+    third = torch.tensor([1 / 3])
+    fp16 = hvd.allreduce(third, compression=hvd.Compression.fp16)
+    assert fp16.dtype == torch.float32 and float(fp16) == float(third.half()) != float(third)  # went as fp16
 
 
 def test_backward_passes_per_step_accumulates_then_communicates_once(hvd):

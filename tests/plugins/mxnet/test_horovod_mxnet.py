@@ -70,6 +70,7 @@ def worker(out):
         trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kw)
         for i, v in enumerate(train(net, trainer, slice(r * per, (r + 1) * per))):
             res[f"{label}/{i}"] = v
+        res[f"{label}/bytes"] = np.array(trainer._aiacc_cache["executor"].bytes_last_step)  # handed to all_reduce
     res["allreduce"] = hvd.allreduce(mxnet().nd.array([r + 1.0])).asnumpy()
     # ranks holding different parameters: every rank gets a clear error, and the job goes on
     params = dict(build(1).collect_params().items())
@@ -110,6 +111,9 @@ def _check(ranks):
         for i, want in enumerate(ref):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} param {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} param {i}")
+    # fp16 really went over the wire in fp16: half the bytes, and rounded results
+    assert 2 * int(r0["fp16/bytes"]) == int(r0["aiacc/bytes"]) == 4 * sum(v.size for v in ref)
+    assert not all(np.array_equal(r0[f"fp16/{i}"], r0[f"aiacc/{i}"]) for i in range(len(ref)))
     np.testing.assert_allclose(r0["allreduce"], [1.5])
     for r in (r0, r1):
         assert str(r["mismatch"]).startswith("RankMismatchError: ranks hold different parameters: first mismatch at "

@@ -70,8 +70,15 @@ def worker(out):
                       ("tape-bytescheduler", {"plan": "bytescheduler"})):
         model = build(100 + r)
         hvd.broadcast_variables(model.variables, root_rank=0)
-        for i, v in enumerate(train(model, lambda t: hvd.DistributedGradientTape(t, **kw), mine)):
+        tapes = []
+
+        def wrap(t, kw=kw):
+            tapes.append(hvd.DistributedGradientTape(t, **kw))
+            return tapes[-1]
+
+        for i, v in enumerate(train(model, wrap, mine)):
             res[f"{label}/{i}"] = v
+        res[f"{label}/bytes"] = np.array(tapes[-1]._cache["executor"].bytes_last_step)  # handed to all_reduce
     model = build(100 + r)
     hvd.broadcast_variables(model.variables, root_rank=0)
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
@@ -125,6 +132,9 @@ def _check(ranks):
         for i, want in enumerate(ref):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} variable {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} variable {i}")
+    # fp16 really went over the wire in fp16: half the bytes, and rounded results
+    assert 2 * int(r0["tape-fp16/bytes"]) == int(r0["tape/bytes"]) == 4 * sum(v.size for v in ref_tape)
+    assert not all(np.array_equal(r0[f"tape-fp16/{i}"], r0[f"tape/{i}"]) for i in range(n))
     np.testing.assert_allclose(r0["allreduce"], [1.5])
     for r in (r0, r1):
         assert str(r["mismatch"]).startswith("RankMismatchError: ranks hold different variables: first mismatch at "

@@ -93,6 +93,7 @@ def worker(mode, out):
             assert isinstance(opt, torch.optim.SGD)
             results.update({f"{label}/{k}": p.detach().numpy().copy() for k, p in model.named_parameters()})
             results[f"{label}/buckets"] = np.array(len(opt.plan.buckets))
+            results[f"{label}/bytes"] = np.array(opt._aiacc_scheduler.executor.bytes_last_step)
             results[f"{label}/cut"] = np.array(any(not slot.whole for slots in opt._aiacc_scheduler.executor.slots
                                                    for slot in slots))
         results["allreduce"] = hvd.allreduce(torch.tensor([float(r + 1)])).numpy()
@@ -162,6 +163,10 @@ def _check_training(ranks, whole):
         # re-plans from the profile of step 1 and moves the gradients into the new plan's buckets)
         if label in whole:
             assert (r0[f"{label}/views"][1:] == len(ref)).all(), (label, r0[f"{label}/views"])
+    # fp16 really went over the wire in fp16: half the bytes handed to dist.all_reduce, and rounded results
+    for fp16, fp32 in (("fp16", "aiacc"), ("cut-in-bucket-fp16", "cut-in-bucket")):
+        assert 2 * int(r0[f"{fp16}/bytes"]) == int(r0[f"{fp32}/bytes"]) == 4 * sum(v.size for v in ref.values())
+        assert not all(np.array_equal(r0[f"{fp16}/{k}"], r0[f"{fp32}/{k}"]) for k in ref), fp16
     assert (r0["partitioned/views"] < len(ref)).all()  # tensors cut over buckets are copied back instead
     assert int(r0["partitioned/buckets"]) > len(ref)  # tensors really were cut into pieces
     np.testing.assert_allclose(r0["allreduce"], [1.5])
