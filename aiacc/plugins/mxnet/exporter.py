@@ -2,7 +2,7 @@
 
 The walker and the lowerings' table. One lowering per IR op, registered in the table `lowerings`, keyed
 by the node's qualified op (`@lowerings.register("Conv")`, `@lowerings.register("aiacc::FusedConv")`) in
-aiacc.plugins.mxnet.export_ops, which the plugin package imports. A lowering receives the `Emitter` and the
+aiacc.plugins.mxnet.export_ops, which the plugin's translator imports. A lowering receives the `Emitter` and the
 IR node and returns one symbol reference `(node index, output index)` per IR output. Constants that an
 MXNet op takes as attributes (reshape targets, clip bounds, scalar operands) become attributes; other
 constants become parameters (`arg:` or, where MXNet reads them as auxiliary states such as BatchNorm

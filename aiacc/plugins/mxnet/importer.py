@@ -1,7 +1,7 @@
 """MXNet symbol JSON -> aiacc IR (ONNX semantics, NCHW): the walker and the converters' table.
 
 One converter per MXNet op, registered in the table `converters` (`@converters.register("OpName", ...)`,
-in aiacc.plugins.mxnet.import_ops, which the plugin package imports). A converter receives a `Ctx` (the
+in aiacc.plugins.mxnet.import_ops, which the plugin's translator imports). A converter receives a `Ctx` (the
 MXNet node, its IR input values, helpers to add IR nodes and constants) and returns the IR values of the
 node's visible outputs, or None (or raises Untranslatable) to leave the node opaque: an op aiacc does not
 know, or an attribute combination it does not translate, becomes a node in the domain "mxnet" carrying the

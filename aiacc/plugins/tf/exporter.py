@@ -9,7 +9,8 @@ in the shape Grappler's remapper fuses.
 
 One emitter per IR op, registered in the table `emitters` keyed by the node's qualified op (`"Conv"`,
 `"aiacc::FusedConv"`; `"tf::*"` rebuilds every opaque TF node) in aiacc.plugins.tf.export_ops, which the
-plugin imports. aiacc fused ops without an emitter are decomposed first (aiacc.core.translate.decompose_fused).
+plugin's translator imports. aiacc fused ops without an emitter are decomposed first
+(aiacc.core.translate.decompose_fused).
 
 `tf.saved_model.save` works on the result; the reloaded model computes the same outputs.
 """

@@ -14,7 +14,7 @@ evaluated symbolically: a Reshape whose target has at most one unknown size gets
 and the shape subgraph disappears.
 
 One handler per TF op type, registered in the table `handlers` (`@handlers.register("Conv2D", ...)`, in
-aiacc.plugins.tf.import_ops, which the plugin imports). A TF op with no handler, or whose handler raises
+aiacc.plugins.tf.import_ops, which the plugin's translator imports). A TF op with no handler, or whose handler raises
 Untranslatable (its partial IR is rolled back), becomes an opaque node that keeps its NodeDef (attrs
 `tf_op`, `node_def`) and a kernel running it eagerly, so the reference executor still runs it and the
 exporter rebuilds it unchanged.

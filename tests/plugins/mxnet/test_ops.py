@@ -6,7 +6,7 @@ import pytest
 import aiacc
 from aiacc.core import run
 from aiacc.plugins.mxnet._import import import_mxnet
-from aiacc.plugins.mxnet.import_ops import mx_reshape_shape
+from aiacc.plugins.mxnet.import_ops.basic import mx_reshape_shape
 from aiacc.plugins.mxnet.translator import MXNetTranslator
 
 from tests.plugins.mxnet.conftest import rel_err
