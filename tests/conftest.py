@@ -7,6 +7,16 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+try:  # property-based tests: "ci" (bounded, reproducible) unless --hypothesis-profile=long is given
+    from hypothesis import HealthCheck, settings
+
+    _quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, suppress_health_check=_quiet)
+    settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=_quiet)
+    settings.load_profile("ci")
+except ImportError:  # hypothesis is a test dependency; without it the property tests skip
+    pass
+
 
 @pytest.fixture
 def rng():

@@ -414,9 +414,11 @@ class Rule:
                 # a graph input, constant or other output cannot take this output's name: keep a copy
                 n = b.op("Identity", n)
                 created = True
-            o.replace_all_uses_with(n)
-            if created or o.is_graph_output or n.is_graph_output:
+            # the replacement takes the old name when it is new, or when it carries a graph output now and
+            # its own name was internal; a graph input, constant or other graph output keeps its name
+            if created or (o.is_graph_output and n.producer is not None and not n.is_graph_output):
                 renames.append((n, o.name))
+            o.replace_all_uses_with(n)
         _erase_unused(g, m.nodes)
         for n, name in renames:
             if not g.has_value(name):
@@ -461,12 +463,12 @@ def _shared_nodes(pat: Pattern, m: Match) -> set[int]:
 
 def _erase_unused(graph: Graph, nodes: Sequence[Node]) -> None:
     """Erase matched nodes nobody reads any more; repeat since erasing one frees its producers."""
-    pending = [n for n in nodes if not n._erased]
+    pending = [n for n in nodes if not n.erased]
     changed = True
     while changed:
         changed = False
         for n in list(pending):
-            if n._erased:
+            if n.erased:
                 pending.remove(n)
                 continue
             if all(not v.uses and not v.is_graph_output for v in n.outputs):
@@ -512,10 +514,10 @@ class RuleSet:
             # consumers first: a rule rooted at the last op of a chain sees the longest match before a
             # rule rooted inside the chain can take part of it
             for node in reversed(graph.nodes):
-                if node._erased:
+                if node.erased:
                     continue
                 for r in by_op.get(node.op, ()):
-                    if node._erased:
+                    if node.erased:
                         break
                     m, _ = r.try_match(graph, node)
                     if m is not None and r.apply(m):

@@ -16,10 +16,10 @@ def replace_node_output(graph: Graph, node: Node, new: Value) -> bool:
         # the replacement must be able to take the graph output's name
         if new.producer is None or new.is_graph_output:
             return False
-    name = old.name
+    name, was_output = old.name, old.is_graph_output
     old.replace_all_uses_with(new)
     graph.erase(node)
-    if new.is_graph_output and not graph.has_value(name):
+    if was_output and not graph.has_value(name):  # (a value that was an input or output keeps its name)
         new.name = name
     return True
 
