@@ -32,7 +32,7 @@ def norm_axis(axis: int, r: int) -> int:
     return axis % r if r else 0
 
 
-def _pair(x, n: int) -> list[int]:
+def pair(x, n: int) -> list[int]:
     if isinstance(x, (list, tuple)):
         return [int(v) for v in x]
     return [int(x)] * n

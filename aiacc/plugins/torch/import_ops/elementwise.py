@@ -10,9 +10,9 @@ from torch import nn
 
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
-from aiacc.plugins.torch.import_ops.shape import _split
+from aiacc.plugins.torch.import_ops.shape import split
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
 
 
 # ---------------------------------------------------------------------------------------- elementwise
@@ -78,7 +78,7 @@ def _pow(imp, a, b):
     return imp.op("Pow", a, b)
 
 
-def _unary(op_name: str, **attrs):
+def unary(op_name: str, **attrs):
     def conv(imp, x, *args, inplace=False, **kwargs):
         return imp.op(op_name, tensor(x), **attrs)
     return conv
@@ -101,8 +101,8 @@ for _op, _fns, _methods, _mods in (
         ("Cos", (torch.cos,), ("cos",), ()),
         ("Softsign", (F.softsign,), (), (nn.Softsign,)),
         ("Mish", (F.mish,), (), (nn.Mish,))):
-    FUNCTIONS.update({t: _unary(_op) for t in _fns})
-    METHODS.update({m: _unary(_op) for m in _methods})
+    FUNCTIONS.update({t: unary(_op) for t in _fns})
+    METHODS.update({m: unary(_op) for m in _methods})
     MODULES.update({m: (lambda op_name: lambda imp, mod, x: imp.op(op_name, tensor(x)))(_op) for m in _mods})
 
 
@@ -119,12 +119,12 @@ def _clip(imp, x, lo, hi):
 
 
 @FUNCTIONS.register(F.relu6)
-def _relu6(imp, x, inplace=False):
+def relu6(imp, x, inplace=False):
     return _clip(imp, x, 0.0, 6.0)
 
 
 @FUNCTIONS.register(F.hardtanh)
-def _hardtanh(imp, x, min_val=-1.0, max_val=1.0, inplace=False):
+def hardtanh(imp, x, min_val=-1.0, max_val=1.0, inplace=False):
     return _clip(imp, x, min_val, max_val)
 
 
@@ -183,27 +183,27 @@ def _m_hardsigmoid(imp, m, x):
 
 
 @FUNCTIONS.register(F.silu)
-def _silu(imp, x, inplace=False):
+def silu(imp, x, inplace=False):
     x = tensor(x)
     return imp.op("Mul", x, imp.op("Sigmoid", x))
 
 
 @MODULES.register(nn.SiLU)
 def _m_silu(imp, m, x):
-    return _silu(imp, x)
+    return silu(imp, x)
 
 
 @FUNCTIONS.register(F.gelu)
-def _gelu(imp, x, approximate="none"):
+def gelu(imp, x, approximate="none"):
     return imp.op("Gelu", tensor(x), approximate=approximate)
 
 
 @MODULES.register(nn.GELU)
 def _m_gelu(imp, m, x):
-    return _gelu(imp, x, m.approximate)
+    return gelu(imp, x, m.approximate)
 
 
-def _softmax_like(op_name):
+def softmax_like(op_name):
     def conv(imp, x, dim=None, _stacklevel=3, dtype=None):
         x = tensor(x)
         if dim is None or dtype is not None:
@@ -212,11 +212,11 @@ def _softmax_like(op_name):
     return conv
 
 
-FUNCTIONS.update({F.softmax: _softmax_like("Softmax"), torch.softmax: _softmax_like("Softmax"),
-                  F.log_softmax: _softmax_like("LogSoftmax"), torch.log_softmax: _softmax_like("LogSoftmax")})
-METHODS.update({"softmax": _softmax_like("Softmax"), "log_softmax": _softmax_like("LogSoftmax")})
-MODULES.update({nn.Softmax: lambda imp, m, x: _softmax_like("Softmax")(imp, x, m.dim),
-                nn.LogSoftmax: lambda imp, m, x: _softmax_like("LogSoftmax")(imp, x, m.dim)})
+FUNCTIONS.update({F.softmax: softmax_like("Softmax"), torch.softmax: softmax_like("Softmax"),
+                  F.log_softmax: softmax_like("LogSoftmax"), torch.log_softmax: softmax_like("LogSoftmax")})
+METHODS.update({"softmax": softmax_like("Softmax"), "log_softmax": softmax_like("LogSoftmax")})
+MODULES.update({nn.Softmax: lambda imp, m, x: softmax_like("Softmax")(imp, x, m.dim),
+                nn.LogSoftmax: lambda imp, m, x: softmax_like("LogSoftmax")(imp, x, m.dim)})
 
 
 @FUNCTIONS.register(torch.where)
@@ -326,18 +326,18 @@ def _glu(imp, x, dim=-1):
     n = imp.shape_of(x)[axis]
     if n % 2:
         raise Untranslatable("odd size along the gated axis")
-    a, b = _split(imp, x, [n // 2, n // 2], axis)
+    a, b = split(imp, x, [n // 2, n // 2], axis)
     return imp.op("Mul", a, imp.op("Sigmoid", b))
 
 
 MODULES[nn.GLU] = lambda imp, m, x: _glu(imp, x, m.dim)
-MODULES[nn.Softmax2d] = lambda imp, m, x: _softmax_like("Softmax")(imp, x, -3)
-MODULES[nn.Softmin] = lambda imp, m, x: _softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), m.dim)
+MODULES[nn.Softmax2d] = lambda imp, m, x: softmax_like("Softmax")(imp, x, -3)
+MODULES[nn.Softmin] = lambda imp, m, x: softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), m.dim)
 
 
 @FUNCTIONS.register(F.softmin)
 def _softmin(imp, x, dim=None, _stacklevel=3, dtype=None):
-    return _softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), dim, dtype=dtype)
+    return softmax_like("Softmax")(imp, imp.op("Neg", tensor(x)), dim, dtype=dtype)
 
 
 @FUNCTIONS.register(torch.square)
@@ -351,8 +351,8 @@ for _op, _fns, _methods in (("Sign", (torch.sign,), ("sign",)), ("Round", (torch
                             ("Exp", (torch.exp_,), ("exp_",)), ("Sqrt", (torch.sqrt_,), ("sqrt_",)),
                             ("Abs", (torch.abs_,), ("abs_",)), ("Neg", (), ("neg_",)),
                             ("Reciprocal", (), ("reciprocal_",))):
-    FUNCTIONS.update({t: _unary(_op) for t in _fns})
-    METHODS.update({m: _unary(_op) for m in _methods})
+    FUNCTIONS.update({t: unary(_op) for t in _fns})
+    METHODS.update({m: unary(_op) for m in _methods})
 
 
 @METHODS.register("round")

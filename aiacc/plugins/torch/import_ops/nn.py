@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiacc.core.translate import Untranslatable
+from aiacc.plugins.torch.import_ops.common import need, norm_axis, pair, rank, tensor
 from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
-from aiacc.plugins.torch.import_ops.common import _pair, need, norm_axis, rank, tensor
 
 
 # ------------------------------------------------------------------------------------- dropout
@@ -59,7 +59,7 @@ def linear(imp, x: Value, w: Value, b: Value | None) -> Value:
 
 
 @FUNCTIONS.register(F.linear)
-def _f_linear(imp, x, weight, bias=None):
+def f_linear(imp, x, weight, bias=None):
     return linear(imp, x, tensor(weight, "weight"), bias)
 
 
@@ -91,14 +91,14 @@ def _m_embedding(imp, m, idx):
 def conv(imp, x, w, b, stride, padding, dilation, groups, n: int):
     x = tensor(x)
     kernel = list(w.shape[2:])
-    strides, dilations = _pair(stride, n), _pair(dilation, n)
+    strides, dilations = pair(stride, n), pair(dilation, n)
     if padding == "valid":
         pads = [0] * (2 * n)
     elif padding == "same":
         total = [d * (k - 1) for d, k in zip(dilations, kernel)]
         pads = [t // 2 for t in total] + [t - t // 2 for t in total]
     else:
-        p = _pair(padding, n)
+        p = pair(padding, n)
         pads = p + p
     if rank(x) != n + 2:
         raise Untranslatable(f"unbatched {n}-d convolution")
@@ -114,13 +114,13 @@ def _m_conv(imp, m, x):
     return conv(imp, x, imp.param(m, "weight"), imp.param(m, "bias"), m.stride, m.padding, m.dilation, m.groups, n)
 
 
-def _f_conv(n):
+def f_conv(n):
     def convert(imp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         return conv(imp, x, tensor(weight), bias, stride, padding, dilation, groups, n)
     return convert
 
 
-FUNCTIONS.update({F.conv1d: _f_conv(1), F.conv2d: _f_conv(2), F.conv3d: _f_conv(3)})
+FUNCTIONS.update({F.conv1d: f_conv(1), F.conv2d: f_conv(2), F.conv3d: f_conv(3)})
 
 
 @MODULES.register(nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -129,10 +129,10 @@ def _m_convt(imp, m, x, output_size=None):
         raise Untranslatable("output_size= or padding_mode")
     x = tensor(x)
     n = len(m.kernel_size)
-    p = _pair(m.padding, n)
+    p = pair(m.padding, n)
     return imp.op("ConvTranspose", x, imp.param(m, "weight"), imp.param(m, "bias"), kernel_shape=list(m.kernel_size),
-                  strides=_pair(m.stride, n), pads=p + p, dilations=_pair(m.dilation, n), group=int(m.groups),
-                  output_padding=_pair(m.output_padding, n))
+                  strides=pair(m.stride, n), pads=p + p, dilations=pair(m.dilation, n), group=int(m.groups),
+                  output_padding=pair(m.output_padding, n))
 
 
 # ---------------------------------------------------------------------------------- normalization
@@ -170,7 +170,7 @@ def _m_bn(imp, m, x):
 
 
 @FUNCTIONS.register(F.batch_norm)
-def _f_bn(imp, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def f_bn(imp, x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     training = bool(training) and imp.training
     if training and running_mean is not None:
         raise Untranslatable("functional batch_norm updating tensors in training")
@@ -203,12 +203,12 @@ def _pool(imp, op_name, x, kernel_size, stride, padding, dilation, ceil_mode, n,
     x = tensor(x)
     if rank(x) != n + 2:
         raise Untranslatable(f"unbatched {n}-d pooling")
-    kernel = _pair(kernel_size, n)
-    strides = _pair(stride if stride not in (None, [], ()) else kernel, n)
-    p = _pair(padding, n)
+    kernel = pair(kernel_size, n)
+    strides = pair(stride if stride not in (None, [], ()) else kernel, n)
+    p = pair(padding, n)
     attrs = dict(kernel_shape=kernel, strides=strides, pads=p + p, ceil_mode=int(bool(ceil_mode)), **extra)
-    if dilation is not None and any(d != 1 for d in _pair(dilation, n)):
-        attrs["dilations"] = _pair(dilation, n)
+    if dilation is not None and any(d != 1 for d in pair(dilation, n)):
+        attrs["dilations"] = pair(dilation, n)
     return imp.op(op_name, x, **attrs)
 
 
@@ -220,7 +220,7 @@ def _m_maxpool(imp, m, x):
     return _pool(imp, "MaxPool", x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode, n)
 
 
-def _f_maxpool(n):
+def f_maxpool(n):
     def convert(imp, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
         if return_indices:
             raise Untranslatable("return_indices")
@@ -228,7 +228,7 @@ def _f_maxpool(n):
     return convert
 
 
-FUNCTIONS.update({F.max_pool1d: _f_maxpool(1), F.max_pool2d: _f_maxpool(2), F.max_pool3d: _f_maxpool(3)})
+FUNCTIONS.update({F.max_pool1d: f_maxpool(1), F.max_pool2d: f_maxpool(2), F.max_pool3d: f_maxpool(3)})
 
 
 def _avgpool(imp, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n):
@@ -245,14 +245,14 @@ def _m_avgpool(imp, m, x):
                     getattr(m, "divisor_override", None), n)
 
 
-def _f_avgpool(n):
+def f_avgpool(n):
     def convert(imp, x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
         return _avgpool(imp, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, n)
     return convert
 
 
-FUNCTIONS.update({F.avg_pool1d: _f_avgpool(1), F.avg_pool2d: _f_avgpool(2), F.avg_pool3d: _f_avgpool(3)})
+FUNCTIONS.update({F.avg_pool1d: f_avgpool(1), F.avg_pool2d: f_avgpool(2), F.avg_pool3d: f_avgpool(3)})
 
 
 def adaptive_pool(imp, x, output_size, n: int, kind: str):
@@ -262,7 +262,7 @@ def adaptive_pool(imp, x, output_size, n: int, kind: str):
     if len(shape) != n + 2:
         raise Untranslatable(f"unbatched adaptive pooling")
     spatial = list(shape[2:])
-    out = [s if o is None else int(o) for o, s in zip(_pair(output_size, n) if not isinstance(output_size, (list, tuple))
+    out = [s if o is None else int(o) for o, s in zip(pair(output_size, n) if not isinstance(output_size, (list, tuple))
                                                        else output_size, spatial)]
     if all(o == 1 for o in out):
         return imp.op("GlobalAveragePool" if kind == "avg" else "GlobalMaxPool", x)
@@ -302,7 +302,7 @@ for _n, _m in ((1, nn.AdaptiveMaxPool1d), (2, nn.AdaptiveMaxPool2d), (3, nn.Adap
 
 
 @FUNCTIONS.register(F.pad)
-def _f_pad(imp, x, pad, mode="constant", value=None):
+def f_pad(imp, x, pad, mode="constant", value=None):
     x = tensor(x)
     need("Pad")
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -353,7 +353,7 @@ def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corn
     axes = list(range(2, n + 2))
     if size is not None or recompute_scale_factor:
         return imp.op("Resize", x, None, None, imp.ints(out), axes=axes, **attrs)
-    scales = np.array([float(s) for s in _pair(scale_factor, n)], np.float32)
+    scales = np.array([float(s) for s in pair(scale_factor, n)], np.float32)
     if [int(math.floor(float(s) * d)) for s, d in zip(scales, shape[2:])] != out:
         raise Untranslatable(f"scale_factor {scale_factor} in float32 gives another output size than {out}")
     return imp.op("Resize", x, None, imp.const(scales), None, axes=axes, **attrs)

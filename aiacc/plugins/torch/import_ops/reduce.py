@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from aiacc.core.translate import Untranslatable
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS
 
 
 # ---------------------------------------------------------------------------------- reductions

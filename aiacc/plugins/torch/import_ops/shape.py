@@ -11,9 +11,9 @@ from torch import nn
 
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
-from aiacc.plugins.torch.import_ops.nn import _f_pad
+from aiacc.plugins.torch.import_ops.nn import f_pad
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
 
 
 @MODULES.register(nn.Identity)
@@ -118,7 +118,7 @@ def reshape_target(imp, x: Value, shape) -> list[int]:
 
 
 @METHODS.register("view", "reshape")
-def _view(imp, x, *shape):
+def view(imp, x, *shape):
     x = tensor(x)
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         raise Untranslatable("view as another dtype")
@@ -127,7 +127,7 @@ def _view(imp, x, *shape):
 
 @FUNCTIONS.register(torch.reshape)
 def _reshape(imp, x, shape):
-    return _view(imp, x, shape)
+    return view(imp, x, shape)
 
 
 def flatten(imp, x, start_dim=0, end_dim=-1):
@@ -160,7 +160,7 @@ def _permute(imp, x, *dims):
 
 
 @FUNCTIONS.register(torch.permute)
-def _f_permute(imp, x, dims):
+def f_permute(imp, x, dims):
     return _permute(imp, x, dims)
 
 
@@ -215,7 +215,7 @@ def _stack(imp, tensors, dim=0):
 
 
 @METHODS.register("expand")
-def _expand(imp, x, *sizes):
+def expand(imp, x, *sizes):
     x = tensor(x)
     if len(sizes) == 1 and isinstance(sizes[0], (list, tuple)):
         sizes = sizes[0]
@@ -227,10 +227,10 @@ def _expand(imp, x, *sizes):
 
 @METHODS.register("expand_as")
 def _expand_as(imp, x, other):
-    return _expand(imp, x, imp.shape_of(tensor(other)))
+    return expand(imp, x, imp.shape_of(tensor(other)))
 
 
-def _split(imp, x, sizes: list[int], axis: int):
+def split(imp, x, sizes: list[int], axis: int):
     need("Split")
     outs = imp.op("Split", x, imp.ints(sizes), axis=axis, outputs=len(sizes))
     return tuple(outs) if isinstance(outs, tuple) else (outs,)
@@ -244,7 +244,7 @@ def _chunk(imp, x, chunks, dim=0):
     n = imp.shape_of(x)[axis]
     size = -(-n // chunks)
     sizes = [min(size, n - i) for i in range(0, n, size)]
-    return _split(imp, x, sizes, axis)
+    return split(imp, x, sizes, axis)
 
 
 @FUNCTIONS.register(torch.split)
@@ -258,7 +258,7 @@ def _f_split(imp, x, split_size_or_sections, dim=0):
         sizes = [min(s, n - i) for i in range(0, n, s)]
     else:
         sizes = [int(s) for s in split_size_or_sections]
-    return _split(imp, x, sizes, axis)
+    return split(imp, x, sizes, axis)
 
 
 @FUNCTIONS.register(operator.getitem)
@@ -370,7 +370,7 @@ def _type_as(imp, x, other):
 
 @FUNCTIONS.register(torch.broadcast_to)
 def _broadcast_to(imp, x, size):
-    return _expand(imp, x, *size)
+    return expand(imp, x, *size)
 
 
 @FUNCTIONS.register(torch.movedim, torch.moveaxis)
@@ -507,7 +507,7 @@ def _item(imp, x):
 def _pad_module(mode):
     def conv(imp, m, x):
         value = getattr(m, "value", 0.0) if mode == "constant" else None
-        return _f_pad(imp, x, list(m.padding), mode, value)
+        return f_pad(imp, x, list(m.padding), mode, value)
     return conv
 
 
