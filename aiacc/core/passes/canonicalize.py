@@ -14,8 +14,9 @@ pass rewrites all of them into one form, so that `canonical_text` of the results
                 Transpose -> flattening Reshape -> MatMul(const W) is Flatten -> MatMul(W with permuted rows);
                 a 2-D MatMul(x, const W) + Add(const b) is Gemm(x, W^T, b, transB=1) (W as [out, in]);
                 Gemm(transB=0) with a constant B is Gemm(transB=1) with B^T
-    conv        Conv without bias + Add(per-channel constant) is Conv with that bias; a zero Pad on spatial
-                axes before a Conv goes into the Conv's pads
+    conv        Conv + Add(per-channel or scalar constant) is Conv with that bias (added to its own constant
+                bias); a zero Pad on spatial axes before a Conv goes into the Conv's pads (a Pad read by
+                other nodes too stays for them)
     batchnorm   inference BatchNormalization with constant parameters, and a per-channel Mul + Add on a
                 4-D tensor (Keras' frozen BatchNorm), are both BatchNormalization in affine form:
                 scale = gamma / sqrt(var + eps), bias = beta - mean * scale, mean 0, var 1, epsilon 0
@@ -30,6 +31,12 @@ pass rewrites all of them into one form, so that `canonical_text` of the results
     attributes  negative axes made positive; attributes equal to their schema default dropped (Conv and
                 pooling pads/strides/dilations of all zeros/ones included)
 
+Each idiom is a rule on the rewrite engine (pattern, check with a reason, rewrite), grouped into the rule sets
+of `PHASES`, which every round runs in order after the cleanup passes, to a fixed point; the Conv rules are
+conv_fusion's and pad_folding's, GELU and LayerNorm the recognizers'. `RULES.explain(graph, node)` says why
+each rule rooted at a node's op does not fire there. The layout step and the attribute normalization (run
+once at the end) are graph-wide, not patterns.
+
 Optionally (`input_shapes=`) symbolic input dims are specialized to concrete sizes and every type re-inferred,
 so an importer that keeps the batch symbolic and one that fixes it compare equal.
 
@@ -39,14 +46,14 @@ graph.meta["canonical_layout"] are the only interface change.
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from aiacc.core.ir import Graph, Node, TensorType, Value
-from aiacc.core.passes.manager import Pass, PassContext, register_pass
-from aiacc.core.passes.utils import const_value, single_use
+from aiacc.core.ir import Graph, Node, TensorType, Value, const_value
+from aiacc.core.passes import conv_fusion, gelu, layernorm, pad_folding
+from aiacc.core.passes.manager import Pass, PassContext, get_pass, register_pass
+from aiacc.core.passes.rewrite import Builder, Const, Match, Op, Opt, Rule, RuleSet, Var
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -72,19 +79,6 @@ def _replace(g: Graph, node: Node, new: Value) -> None:
         if was_output and new.producer is not None and not g.has_value(name) and \
                 sum(o is new for o in g.outputs) == 1:
             new.name = name
-
-
-def _new(g: Graph, anchor: Node, op: str, inputs: Sequence[Value | None], attrs: dict | None = None) -> Value:
-    return g.add_node(op, list(inputs), attrs or {}, name=anchor.name, before=anchor).output
-
-
-def _const(g: Graph, name: str, array) -> Value:
-    return g.add_initializer(g.fresh_name(name), np.asarray(array))
-
-
-def _only_user(v: Value) -> Node | None:
-    users = v.users()
-    return users[0] if single_use(v) and users else None
 
 
 def _same_dim(a, b) -> bool:
@@ -145,201 +139,252 @@ def _io_layout(g: Graph) -> int:
     return n
 
 
+# ------------------------------------------------------------------------------------------------- rules
+# Every rule below is a pattern, a check that says why it does not fire, and a rewrite (aiacc.core.passes.
+# rewrite). Patterns fix the operand order (commute=False): constants are moved second first, and the
+# canonical form is stated for that order. A rule that changes its root node in place (an attribute, an
+# input) returns the root's own outputs, which the engine counts as a rewrite that replaces nothing.
+def _in_place(m: Match):
+    return m.root.outputs
+
+
 # --------------------------------------------------------------------------------------------- arithmetic
-_COMMUTATIVE = {"Add", "Mul", "Max", "Min"}
+def _check_commute(m: Match):
+    if const_value(m["b"]) is not None:
+        return "both operands are constants (constant folding's job)"
 
 
-def _commute_constants(g: Graph) -> int:
-    n = 0
-    for node in g:
-        if node.domain or node.op not in _COMMUTATIVE or len(node.inputs) != 2:
-            continue
-        a, b = node.inputs
-        if const_value(a) is not None and const_value(b) is None:
-            node.set_input(0, b)
-            node.set_input(1, a)
-            n += 1
-    return n
+def _rewrite_commute(m: Match, b: Builder):
+    node = m.root
+    node.set_input(0, m["b"])
+    node.set_input(1, m["a"])
+    return _in_place(m)
 
 
-def _div_by_constant(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Div" or len(node.inputs) != 2:
-            continue
-        x, c = node.inputs
-        cv = const_value(c)
-        if cv is None or cv.dtype.name not in FLOATS or x.dtype != cv.dtype.name or not np.all(cv != 0):
-            continue
-        recip = _const(g, c.name + "_reciprocal", (1.0 / cv.astype(np.float64)).astype(cv.dtype))
-        _replace(g, node, _new(g, node, "Mul", [x, recip]))
-        n += 1
-    return n
+commute_constants = Rule(
+    "commute_constants", Op(("Add", "Mul", "Max", "Min"), Const("a"), Var("b"), commute=False),
+    _rewrite_commute, _check_commute, doc="c op x is x op c for commutative Add, Mul, Max and Min.")
 
 
-# ----------------------------------------------------------------------------------------------- reshapes
-def _flatten_like(g: Graph) -> int:
-    """Reshape/Squeeze/Flatten giving [d0, prod(rest)] is Flatten(axis=1); a no-op Reshape goes away."""
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op not in ("Reshape", "Squeeze", "Flatten"):
-            continue
-        x = node.inputs[0]
-        xs, ys = _shape(x), _shape(node.output)
-        if xs is None or ys is None:
-            continue
-        if node.op in ("Reshape", "Squeeze") and len(xs) == len(ys) and all(_same_dim(a, b) for a, b in zip(xs, ys)):
-            _replace(g, node, x)
-            n += 1
-            continue
-        if len(ys) != 2 or len(xs) < 2 or not _same_dim(xs[0], ys[0]):
-            continue
-        rest = xs[1:]
-        if not all(isinstance(d, int) for d in rest) or ys[1] != int(np.prod(rest)):
-            continue
-        if node.op == "Flatten" and int(node.attr("axis") if node.attr("axis") is not None else 1) % len(xs) == 1:
-            continue
-        if len(xs) == 2:
-            _replace(g, node, x)
-        else:
-            _replace(g, node, _new(g, node, "Flatten", [x], {"axis": 1}))
-        n += 1
-    return n
+def _check_div(m: Match):
+    x, cv = m["x"], m.const("c")
+    if cv.dtype.name not in FLOATS:
+        return f"the divisor is {cv.dtype.name}, not floating point (integer division does not invert)"
+    if x.dtype != cv.dtype.name:
+        return f"the dividend is {x.dtype}, the divisor {cv.dtype.name}"
+    if not np.all(cv != 0):
+        return "the divisor has a zero"
 
 
-def _reshape_targets(g: Graph) -> int:
-    """Reshape targets: 0 where the input's dim is copied, concrete sizes, -1 for one symbolic dim."""
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Reshape" or len(node.inputs) < 2:
-            continue
-        x, target = node.inputs[:2]
-        xs, ys = _shape(x), _shape(node.output)
-        tv = const_value(target)
-        if xs is None or ys is None or tv is None:
-            continue
-        new = []
-        for k, d in enumerate(ys):
-            if k < len(xs) and _same_dim(xs[k], d):
-                new.append(0)
-            elif isinstance(d, int):
-                new.append(d)
-            else:
-                new.append(-1)
-        if new.count(-1) > 1 or node.attr("allowzero"):
-            continue
-        if [int(t) for t in tv.reshape(-1)] == new:
-            continue
-        node.set_input(1, _const(g, "reshape_shape", np.asarray(new, dtype=np.int64)))
-        n += 1
-    return n
+def _rewrite_div(m: Match, b: Builder):
+    cv = m.const("c")
+    recip = b.const((1.0 / cv.astype(np.float64)).astype(cv.dtype), m["c"].name + "_reciprocal")
+    return b.op("Mul", m["x"], recip, name=m.root.name)
+
+
+div_by_constant = Rule("div_by_constant", Op("Div", Var("x"), Const("c")), _rewrite_div, _check_div,
+                       doc="x / c (float constant without zeros) is x * (1 / c).")
+
+ARITHMETIC = RuleSet([commute_constants, div_by_constant])
 
 
 # ------------------------------------------------------------------------------------------------- linear
-def _tensordot(g: Graph) -> int:
-    """Reshape(x, [-1, K]) -> MatMul(W) -> Reshape(lead + [out]) is MatMul(x, W)."""
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "MatMul" or node.erased:
-            continue
-        r1 = node.inputs[0].producer
-        w = node.inputs[1]
-        if r1 is None or r1.op != "Reshape" or r1.domain or const_value(w) is None or w.shape is None \
-                or len(w.shape) != 2:
-            continue
-        x = r1.inputs[0]
-        r2 = _only_user(node.output)
-        xs, ms = _shape(x), _shape(node.output)
-        if r2 is None or r2.op != "Reshape" or r2.inputs[0] is not node.output or xs is None or ms is None \
-                or len(xs) < 3:
-            continue
-        ys = _shape(r2.output)
-        if ys is None or len(ys) != len(xs) or not all(_same_dim(a, b) for a, b in zip(xs[:-1], ys[:-1])) \
-                or ys[-1] != w.shape[1] or xs[-1] != w.shape[0] or len(ms) != 2 or ms[1] != w.shape[1]:
-            continue
-        _replace(g, r2, _new(g, r2, "MatMul", [x, w]))
-        n += 1
-    return n
+def _check_tensordot(m: Match):
+    x, w, mm, r2 = m["x"], m["w"], m.node("mm"), m.root
+    if w.shape is None or len(w.shape) != 2:
+        return "the weight is not a matrix of known shape"
+    xs, ms, ys = _shape(x), _shape(mm.output), _shape(r2.output)
+    if xs is None or ms is None or len(xs) < 3:
+        return "the flattened value is not of known rank >= 3"
+    if ys is None or len(ys) != len(xs) or not all(_same_dim(a, b) for a, b in zip(xs[:-1], ys[:-1])):
+        return f"the outer Reshape to {ys} does not restore the leading axes of {list(xs)}"
+    if ys[-1] != w.shape[1] or xs[-1] != w.shape[0] or len(ms) != 2 or ms[1] != w.shape[1]:
+        return f"{list(xs)} x {list(w.shape)} -> {ms} -> {ys} is not a row-wise product with the weight"
 
 
-def _transpose_flatten_matmul(g: Graph) -> int:
-    """Transpose(x, perm) -> Reshape/Flatten to [N, F] -> MatMul(const W): flatten x as it is and permute
-    W's rows instead (TF's Flatten reads NHWC; the canonical Flatten reads NCHW)."""
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Transpose" or node.erased:
-            continue
-        x = node.inputs[0]
-        xs = _static(x)
-        perm = node.attr("perm")
-        if xs is None or perm is None or int(perm[0]) != 0 or len(xs) < 3:
-            continue
-        perm = [int(p) for p in perm]
-        flat = _only_user(node.output)
-        if flat is None or flat.domain or flat.op not in ("Reshape", "Flatten") or flat.inputs[0] is not node.output:
-            continue
-        fs = _shape(flat.output)
-        feat = int(np.prod(xs[1:]))
-        if fs is None or len(fs) != 2 or fs[1] != feat or not _same_dim(fs[0], xs[0]) and fs[0] != xs[0]:
-            continue
-        users = flat.output.users()
-        if not users or flat.output.is_graph_output or any(
-                u.op != "MatMul" or u.domain or u.inputs[0] is not flat.output or const_value(u.inputs[1]) is None
-                or u.inputs[1].shape is None or len(u.inputs[1].shape) != 2 for u in users):
-            continue
-        ts = [xs[p] for p in perm]
-        inv = [perm.index(i) for i in range(len(perm))]
-        flat_x = _new(g, flat, "Flatten", [x], {"axis": 1})
-        for u in users:
-            wv = const_value(u.inputs[1])
-            wr = wv.reshape(ts[1:] + [wv.shape[1]])
-            w2 = np.ascontiguousarray(wr.transpose([inv[i] - 1 for i in range(1, len(xs))] + [len(xs) - 1]))
-            u.set_input(0, flat_x)
-            u.set_input(1, _const(g, u.inputs[1].name + "_rows", w2.reshape(feat, wv.shape[1])))
-        g.erase(flat)
-        g.erase(node)
-        n += 1
-    return n
+tensordot = Rule(
+    "tensordot",
+    Op("Reshape", Op("MatMul", Op("Reshape", Var("x"), Opt(), name="r1", shared=True), Const("w"), name="mm",
+                     commute=False), Opt(), name="r2"),
+    lambda m, b: b.op("MatMul", m["x"], m["w"], name=m.root.name), _check_tensordot,
+    doc="Reshape(MatMul(Reshape(x, [-1, K]), W), lead + [out]) (Keras' Tensordot) is MatMul(x, W).")
 
 
-def _matmul_add_to_gemm(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "MatMul" or node.erased:
-            continue
-        x, w = node.inputs
-        wv = const_value(w)
-        xs = _shape(x)
-        add = _only_user(node.output)
-        if wv is None or wv.ndim != 2 or xs is None or len(xs) != 2 or add is None or add.op != "Add" \
-                or add.domain or add.inputs[0] is not node.output:
-            continue
-        bv = const_value(add.inputs[1])
-        if bv is None or bv.dtype != wv.dtype or bv.size != wv.shape[1] or bv.ndim > 2 or \
-                (bv.ndim == 2 and bv.shape[0] != 1):
-            continue
-        wt = _const(g, w.name + "_t", np.ascontiguousarray(wv.T))
-        b = _const(g, add.inputs[1].name + "_flat", bv.reshape(-1))
-        _replace(g, add, _new(g, add, "Gemm", [x, wt, b], {"transB": 1}))
-        n += 1
-    return n
+def _flatten_readers(m: Match):
+    """The MatMuls reading the flattened value, or why it is not read only by MatMuls with constant weights."""
+    out = m.root.output
+    users = out.users()
+    if not users or out.is_graph_output:
+        return "the flattened value is not read only by nodes"
+    for u in users:
+        if u.op != "MatMul" or u.domain or u.inputs[0] is not out or const_value(u.inputs[1]) is None \
+                or u.inputs[1].shape is None or len(u.inputs[1].shape) != 2:
+            return f"{u.qualified_op}<{u.name}> reading it is not a MatMul by a constant matrix"
+    return users
 
 
-def _gemm_trans_b(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Gemm" or node.attr("transB"):
-            continue
-        bv = const_value(node.inputs[1])
-        if bv is None:
-            continue
-        node.set_input(1, _const(g, node.inputs[1].name + "_t", np.ascontiguousarray(bv.T)))
-        node.attrs["transB"] = 1
-        n += 1
-    return n
+def _check_transpose_flatten(m: Match):
+    xs, perm = _static(m["x"]), m.node("t").attr("perm")
+    if xs is None or len(xs) < 3:
+        return "the transposed value is not of static rank >= 3"
+    if perm is None:
+        return "the Transpose has no explicit perm"
+    if int(perm[0]) != 0:
+        return "the Transpose moves the batch axis"
+    fs = _shape(m.root.output)
+    if fs is None or len(fs) != 2 or fs[1] != int(np.prod(xs[1:])) or fs[0] != xs[0]:
+        return f"{fs} is not the transposed value flattened to rows"
+    users = _flatten_readers(m)
+    return users if isinstance(users, str) else None
 
+
+def _rewrite_transpose_flatten(m: Match, b: Builder):
+    """Flatten x as it is; each reading MatMul gets its weight rows permuted in place."""
+    x = m["x"]
+    xs = _static(x)
+    perm = [int(p) for p in m.node("t").attr("perm")]
+    ts = [xs[p] for p in perm]
+    inv = [perm.index(i) for i in range(len(perm))]
+    feat = int(np.prod(xs[1:]))
+    flat_x = b.op("Flatten", x, axis=1, name=m.root.name)
+    for u in _flatten_readers(m):
+        wv = const_value(u.inputs[1])
+        wr = wv.reshape(ts[1:] + [wv.shape[1]])
+        w2 = np.ascontiguousarray(wr.transpose([inv[i] - 1 for i in range(1, len(xs))] + [len(xs) - 1]))
+        u.set_input(0, flat_x)
+        u.set_input(1, b.const(w2.reshape(feat, wv.shape[1]), u.inputs[1].name + "_rows"))
+    return flat_x
+
+
+transpose_flatten_matmul = Rule(
+    "transpose_flatten_matmul", Op(("Reshape", "Flatten"), Op("Transpose", Var("x"), name="t"), Opt(), name="flat"),
+    _rewrite_transpose_flatten, _check_transpose_flatten,
+    doc="Transpose(x, perm) -> flatten to [N, F] -> MatMul(const W) is Flatten(x) -> MatMul(W with its rows "
+        "permuted) (TF's Flatten reads NHWC; the canonical Flatten reads NCHW).")
+
+LINEAR = RuleSet([tensordot, transpose_flatten_matmul])
+
+
+# ----------------------------------------------------------------------------------------------- reshapes
+def _check_noop_reshape(m: Match):
+    xs, ys = _shape(m["x"]), _shape(m.root.output)
+    if xs is None or ys is None:
+        return "the input or output shape is unknown"
+    if len(xs) != len(ys) or not all(_same_dim(a, b) for a, b in zip(xs, ys)):
+        return f"{m.root.op} {list(xs)} -> {list(ys)} changes the shape"
+
+
+noop_reshape = Rule("noop_reshape", Op(("Reshape", "Squeeze"), Var("x"), Opt(), name="r"),
+                    lambda m, b: m["x"], _check_noop_reshape,
+                    doc="A Reshape or Squeeze whose output has its input's shape is its input.")
+
+
+def _check_flatten_rows(m: Match):
+    node, x = m.root, m["x"]
+    xs, ys = _shape(x), _shape(node.output)
+    if xs is None or ys is None:
+        return "the input or output shape is unknown"
+    if len(ys) != 2 or len(xs) < 2 or not _same_dim(xs[0], ys[0]):
+        return f"{list(xs)} -> {list(ys)} does not keep the first axis and flatten the rest"
+    rest = xs[1:]
+    if not all(isinstance(d, int) for d in rest) or ys[1] != int(np.prod(rest)):
+        return f"{list(xs)} -> {list(ys)} does not flatten all axes after the first"
+    if node.op == "Flatten" and int(node.attr("axis") if node.attr("axis") is not None else 1) % len(xs) == 1:
+        return "already Flatten(axis=1)"
+
+
+def _rewrite_flatten_rows(m: Match, b: Builder):
+    x = m["x"]
+    return x if len(x.shape) == 2 else b.op("Flatten", x, axis=1, name=m.root.name)
+
+
+flatten_rows = Rule("flatten_rows", Op(("Reshape", "Squeeze", "Flatten"), Var("x"), Opt(), name="r"),
+                    _rewrite_flatten_rows, _check_flatten_rows,
+                    doc="Reshape / Squeeze / Flatten giving [d0, d1*d2*...] is Flatten(axis=1) (its input when "
+                        "that is already a matrix).")
+
+
+def _reshape_target(m: Match):
+    """The canonical target of a Reshape: 0 for copied dims, concrete sizes, -1 for one symbolic dim."""
+    xs, ys = _shape(m["x"]), _shape(m.root.output)
+    new = []
+    for k, d in enumerate(ys):
+        if k < len(xs) and _same_dim(xs[k], d):
+            new.append(0)
+        elif isinstance(d, int):
+            new.append(d)
+        else:
+            new.append(-1)
+    return new
+
+
+def _check_reshape_target(m: Match):
+    if _shape(m["x"]) is None or _shape(m.root.output) is None:
+        return "the input or output shape is unknown"
+    new = _reshape_target(m)
+    if new.count(-1) > 1:
+        return "more than one symbolic dimension is new"
+    if m.root.attr("allowzero"):
+        return "allowzero=1 (0 would mean a zero-sized dim)"
+    if [int(t) for t in m.const("shape").reshape(-1)] == new:
+        return "the target is already canonical"
+
+
+def _rewrite_reshape_target(m: Match, b: Builder):
+    m.root.set_input(1, b.const(np.asarray(_reshape_target(m), dtype=np.int64), "reshape_shape"))
+    return _in_place(m)
+
+
+reshape_target = Rule("reshape_target", Op("Reshape", Var("x"), Const("shape"), name="r"), _rewrite_reshape_target,
+                      _check_reshape_target, doc="Reshape targets are written with 0 for copied dims, concrete sizes "
+                                                 "and -1 for the one symbolic dim.")
+
+RESHAPES = RuleSet([noop_reshape, flatten_rows, reshape_target])
+
+
+# --------------------------------------------------------------------------------------------------- gemm
+def _check_matmul_add(m: Match):
+    wv, xs, bv = m.const("w"), _shape(m["x"]), m.const("b")
+    if wv.ndim != 2:
+        return f"the weight has rank {wv.ndim}, not 2"
+    if xs is None or len(xs) != 2:
+        return "the input is not a matrix of known rank"
+    if bv.dtype != wv.dtype or bv.size != wv.shape[1] or bv.ndim > 2 or (bv.ndim == 2 and bv.shape[0] != 1):
+        return f"the addend of shape {list(bv.shape)} is not a bias over the {wv.shape[1]} output columns"
+
+
+def _rewrite_matmul_add(m: Match, b: Builder):
+    wt = b.const(np.ascontiguousarray(m.const("w").T), m["w"].name + "_t")
+    bias = b.const(m.const("b").reshape(-1), m["b"].name + "_flat")
+    return b.op("Gemm", m["x"], wt, bias, transB=1, name=m.root.name)
+
+
+matmul_add_to_gemm = Rule(
+    "matmul_add_to_gemm", Op("Add", Op("MatMul", Var("x"), Const("w"), name="mm", commute=False), Const("b"),
+                             commute=False),
+    _rewrite_matmul_add, _check_matmul_add,
+    doc="A 2-D MatMul(x, const W) + const b is Gemm(x, W^T, b, transB=1) (W as [out, in]).")
+
+
+def _rewrite_trans_b(m: Match, b: Builder):
+    m.root.set_input(1, b.const(np.ascontiguousarray(m.const("b").T), m["b"].name + "_t"))
+    m.root.attrs["transB"] = 1
+    return _in_place(m)
+
+
+gemm_trans_b = Rule("gemm_trans_b", Op("Gemm", Var("a"), Const("b"), Opt("c"), name="gemm"), _rewrite_trans_b,
+                    lambda m: "already transB=1" if m.root.attr("transB") else None,
+                    doc="Gemm(transB=0) with a constant B is Gemm(transB=1) with B^T.")
+
+GEMM = RuleSet([matmul_add_to_gemm, gemm_trans_b])
 
 # --------------------------------------------------------------------------------------------------- conv
+# conv_fusion's and pad_folding's own rules: Conv + per-channel constant Add is Conv with that bias; a zero
+# Pad of the spatial axes goes into the Conv's pads
+CONV = RuleSet([conv_fusion.conv_add_bias, pad_folding.RULES["pad_into_conv"]])
+
+
+# ---------------------------------------------------------------------------------------------- batchnorm
 def _per_channel(v: Value, c: int, rank: int) -> np.ndarray | None:
     """The constant as a [C] vector when it broadcasts only over axis 1 of a rank-`rank` tensor."""
     a = const_value(v)
@@ -353,200 +398,155 @@ def _per_channel(v: Value, c: int, rank: int) -> np.ndarray | None:
     return a.reshape(c)
 
 
-def _conv_bias(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Conv" or node.erased or (len(node.inputs) > 2 and node.inputs[2] is not None):
-            continue
-        ys = _shape(node.output)
-        add = _only_user(node.output)
-        if ys is None or add is None or add.op != "Add" or add.domain or add.inputs[0] is not node.output:
-            continue
-        b = _per_channel(add.inputs[1], ys[1], len(ys))
-        if b is None or b.dtype.name != node.output.dtype:
-            continue
-        bias = _const(g, add.inputs[1].name + "_bias", np.ascontiguousarray(b))
-        new = g.add_node("Conv", [node.inputs[0], node.inputs[1], bias], dict(node.attrs), name=node.name,
-                         before=add).output
-        _replace(g, add, new)
-        g.erase(node)
-        n += 1
-    return n
-
-
-def _pad_into_conv(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Pad" or node.erased:
-            continue
-        x = node.inputs[0]
-        xs = _shape(x)
-        pads = const_value(node.inputs[1]) if len(node.inputs) > 1 else None
-        if xs is None or pads is None or (node.attr("mode") or "constant") != "constant":
-            continue
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            val = const_value(node.inputs[2])
-            if val is None or np.any(val != 0):
-                continue
-        if len(node.inputs) > 3 and node.inputs[3] is not None:
-            continue
-        r = len(xs)
-        pads = [int(p) for p in pads.reshape(-1)]
-        if len(pads) != 2 * r or min(pads) < 0 or pads[0] or pads[1] or pads[r] or pads[r + 1]:
-            continue
-        users = node.output.users()
-        if not users or node.output.is_graph_output or any(u.op != "Conv" or u.domain or u.inputs[0] is not node.output
-                                                           or (u.attr("auto_pad") or "NOTSET") != "NOTSET"
-                                                           for u in users):
-            continue
-        spatial = pads[2:r] + pads[r + 2:]
-        for u in users:
-            cur = [int(p) for p in (u.attr("pads") or [0] * (2 * (r - 2)))]
-            u.attrs["pads"] = [a + b for a, b in zip(cur, spatial)]
-            u.set_input(0, x)
-        g.erase(node)
-        n += 1
-    return n
-
-
-# ---------------------------------------------------------------------------------------------- batchnorm
-def _is_affine_bn(node: Node) -> bool:
-    mean, var = const_value(node.inputs[3]), const_value(node.inputs[4])
-    return (float(node.attr("epsilon")) == 0.0 and mean is not None and var is not None
-            and not np.any(mean) and np.all(var == 1))
-
-
-def _batchnorm_affine(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "BatchNormalization" or len(node.outputs) != 1 or node.attr("training_mode"):
-            continue
-        ins = node.inputs
-        params = [const_value(v) for v in ins[1:5]]
-        if len(ins) != 5 or any(p is None for p in params) or _is_affine_bn(node):
-            continue
-        gamma, beta, mean, var = (p.astype(np.float64) for p in params)
-        scale = gamma / np.sqrt(var + float(node.attr("epsilon")))
-        bias = beta - mean * scale
-        _set_affine(g, node, ins[0], scale, bias, params[0].dtype)
-        n += 1
-    return n
-
-
-def _set_affine(g: Graph, anchor: Node, x: Value, scale, bias, dtype) -> Value:
+def _affine_bn(b: Builder, x: Value, scale: np.ndarray, bias: np.ndarray, dtype) -> Value:
+    """BatchNormalization(x) in affine form: scale, bias, mean 0, var 1, epsilon 0."""
     c = scale.shape[0]
-    new = g.add_node("BatchNormalization", [x, _const(g, "bn_scale", scale.astype(dtype)),
-                                            _const(g, "bn_bias", bias.astype(dtype)),
-                                            _const(g, "bn_mean", np.zeros(c, dtype)),
-                                            _const(g, "bn_var", np.ones(c, dtype))],
-                     {"epsilon": 0.0}, name=anchor.name, before=anchor).output
-    _replace(g, anchor, new)
-    return new
+    params = [b.const(scale.astype(dtype), "bn_scale"), b.const(bias.astype(dtype), "bn_bias"),
+              b.const(np.zeros(c, dtype), "bn_mean"), b.const(np.ones(c, dtype), "bn_var")]
+    return b.op("BatchNormalization", x, *params, epsilon=0.0, name=b.anchor.name)
 
 
-def _mul_add_to_batchnorm(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.op != "Mul" or node.erased:
-            continue
-        x = node.inputs[0]
-        xs = _shape(x)
-        if xs is None or len(xs) != 4 or not isinstance(xs[1], int) or x.dtype not in FLOATS:
-            continue
-        scale = _per_channel(node.inputs[1], xs[1], 4)
-        add = _only_user(node.output)
-        if scale is None or add is None or add.op != "Add" or add.domain or add.inputs[0] is not node.output:
-            continue
-        bias = _per_channel(add.inputs[1], xs[1], 4)
-        if bias is None or _shape(add.output) != xs:
-            continue
-        _set_affine(g, add, x, scale.astype(np.float64), bias.astype(np.float64), np.dtype(x.dtype))
-        g.erase(node)
-        n += 1
-    return n
+def _check_bn(m: Match):
+    node = m.root
+    if len(node.outputs) != 1 or node.attr("training_mode"):
+        return "training-mode BatchNormalization (batch statistics)"
+    mean, var = m.const("mean"), m.const("var")
+    if float(node.attr("epsilon")) == 0.0 and not np.any(mean) and np.all(var == 1):
+        return "already in affine form"
+
+
+def _rewrite_bn(m: Match, b: Builder):
+    gamma, beta, mean, var = (m.const(k).astype(np.float64) for k in ("gamma", "beta", "mean", "var"))
+    scale = gamma / np.sqrt(var + float(m.root.attr("epsilon")))
+    return _affine_bn(b, m["x"], scale, beta - mean * scale, m.const("gamma").dtype)
+
+
+batchnorm_affine = Rule(
+    "batchnorm_affine",
+    Op("BatchNormalization", Var("x"), Const("gamma"), Const("beta"), Const("mean"), Const("var"), name="bn"),
+    _rewrite_bn, _check_bn,
+    doc="Inference BatchNormalization with constant parameters is BatchNormalization in affine form: scale = "
+        "gamma / sqrt(var + eps), bias = beta - mean * scale, mean 0, var 1, epsilon 0.")
+
+
+def _channels(m: Match):
+    x = m["x"]
+    xs = _shape(x)
+    if xs is None or len(xs) != 4 or not isinstance(xs[1], int) or x.dtype not in FLOATS:
+        return None
+    return xs[1]
+
+
+def _check_mul_add(m: Match):
+    c = _channels(m)
+    if c is None:
+        return "the input is not a float 4-D tensor with a known channel count"
+    if _per_channel(m["s"], c, 4) is None:
+        return "the factor is not per-channel"
+    if _per_channel(m["t"], c, 4) is None:
+        return "the addend is not per-channel"
+    if _shape(m.root.output) != _shape(m["x"]):
+        return "the Add broadcasts beyond the input's shape"
+
+
+def _rewrite_mul_add(m: Match, b: Builder):
+    c, x = _channels(m), m["x"]
+    scale, bias = _per_channel(m["s"], c, 4), _per_channel(m["t"], c, 4)
+    return _affine_bn(b, x, scale.astype(np.float64), bias.astype(np.float64), np.dtype(x.dtype))
+
+
+mul_add_to_batchnorm = Rule(
+    "mul_add_to_batchnorm",
+    Op("Add", Op("Mul", Var("x"), Const("s"), name="mul", commute=False), Const("t"), commute=False),
+    _rewrite_mul_add, _check_mul_add,
+    doc="A per-channel Mul + Add on a 4-D tensor (Keras' frozen BatchNorm) is BatchNormalization in affine form.")
+
+BATCHNORM = RuleSet([batchnorm_affine, mul_add_to_batchnorm])
 
 
 # ------------------------------------------------------------------------------------------------ pooling
-def _global_pool(g: Graph) -> int:
-    n = 0
-    for node in g.nodes:
-        if node.domain or node.erased:
-            continue
-        x = node.inputs[0] if node.inputs else None
-        xs = _shape(x)
-        if xs is None or len(xs) != 4:
-            continue
-        if node.op == "ReduceMean":
-            axes = node.attr("axes")
-            if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-                axes = const_value(node.inputs[1])
-            if axes is None:
-                continue
-            if sorted(int(a) % 4 for a in np.asarray(axes).reshape(-1)) != [2, 3]:
-                continue
-            gap = _new(g, node, "GlobalAveragePool", [x])
-            keep = node.attr("keepdims")
-            _replace(g, node, gap if keep is None or keep else _new(g, node, "Flatten", [gap], {"axis": 1}))
-            n += 1
-        elif node.op == "AveragePool":
-            k = node.attr("kernel_shape")
-            pads = node.attr("pads") or [0, 0, 0, 0]
-            if k is None or not all(isinstance(d, int) for d in xs[2:]) or list(k) != list(xs[2:]) or any(pads) \
-                    or (node.attr("auto_pad") or "NOTSET") != "NOTSET":
-                continue
-            _replace(g, node, _new(g, node, "GlobalAveragePool", [x]))
-            n += 1
-    return n
+def _image(m: Match):
+    xs = _shape(m["x"])
+    return xs if xs is not None and len(xs) == 4 else None
 
 
-def _ceil_mode(g: Graph) -> int:
-    n = 0
-    for node in g:
-        if node.domain or node.op not in ("MaxPool", "AveragePool") or not node.attr("ceil_mode"):
-            continue
-        xs = _static(node.inputs[0])
-        k = node.attr("kernel_shape")
-        if xs is None or k is None or (node.attr("auto_pad") or "NOTSET") != "NOTSET":
-            continue
-        r = len(k)
-        strides = node.attr("strides") or [1] * r
-        dil = node.attr("dilations") or [1] * r
-        pads = node.attr("pads") or [0] * (2 * r)
-        ok = True
-        for i in range(r):
-            span = xs[2 + i] + pads[i] + pads[i + r] - ((k[i] - 1) * dil[i] + 1)
-            if span % strides[i]:
-                ok = False
-        if ok:
-            node.attrs["ceil_mode"] = 0
-            n += 1
-    return n
+def _check_reduce_mean(m: Match):
+    if _image(m) is None:
+        return "the input is not a 4-D tensor"
+    axes = m.root.attr("axes")
+    if axes is None and m["axes"] is not None:
+        axes = const_value(m["axes"])
+    if axes is None:
+        return "the reduced axes are not known"
+    if sorted(int(a) % 4 for a in np.asarray(axes).reshape(-1)) != [2, 3]:
+        return "the reduced axes are not the spatial axes 2 and 3"
 
+
+def _rewrite_reduce_mean(m: Match, b: Builder):
+    gap = b.op("GlobalAveragePool", m["x"], name=m.root.name)
+    keep = m.root.attr("keepdims")
+    return gap if keep is None or keep else b.op("Flatten", gap, axis=1, name=m.root.name)
+
+
+def _check_average_pool(m: Match):
+    xs, node = _image(m), m.root
+    if xs is None:
+        return "the input is not a 4-D tensor"
+    k = node.attr("kernel_shape")
+    if k is None or not all(isinstance(d, int) for d in xs[2:]) or list(k) != list(xs[2:]):
+        return f"the kernel {k} does not cover the input's spatial size {list(xs[2:])}"
+    if any(node.attr("pads") or [0, 0, 0, 0]) or (node.attr("auto_pad") or "NOTSET") != "NOTSET":
+        return "the pooling pads"
+
+
+global_pool = [
+    Rule("reduce_mean_global_pool", Op("ReduceMean", Var("x"), Opt("axes"), name="mean"), _rewrite_reduce_mean,
+         _check_reduce_mean, doc="ReduceMean over the spatial axes of a 4-D tensor is GlobalAveragePool "
+                                 "(then Flatten when keepdims=0)."),
+    Rule("average_pool_global_pool", Op("AveragePool", Var("x"), name="pool"),
+         lambda m, b: b.op("GlobalAveragePool", m["x"], name=m.root.name), _check_average_pool,
+         doc="An AveragePool covering the whole input is GlobalAveragePool.")]
+
+
+def _check_ceil_mode(m: Match):
+    node = m.root
+    if not node.attr("ceil_mode"):
+        return "ceil_mode is 0"
+    xs, k = _static(m["x"]), node.attr("kernel_shape")
+    if xs is None or k is None or (node.attr("auto_pad") or "NOTSET") != "NOTSET":
+        return "the input shape or the kernel is unknown, or auto_pad is set"
+    r = len(k)
+    strides = node.attr("strides") or [1] * r
+    dil = node.attr("dilations") or [1] * r
+    pads = node.attr("pads") or [0] * (2 * r)
+    for i in range(r):
+        if (xs[2 + i] + pads[i] + pads[i + r] - ((k[i] - 1) * dil[i] + 1)) % strides[i]:
+            return f"rounding up changes the output size of spatial axis {i}"
+
+
+def _rewrite_ceil_mode(m: Match, b: Builder):
+    m.root.attrs["ceil_mode"] = 0
+    return _in_place(m)
+
+
+ceil_mode = Rule("ceil_mode", Op(("MaxPool", "AveragePool"), Var("x"), name="pool"), _rewrite_ceil_mode,
+                 _check_ceil_mode, doc="ceil_mode=1 that changes no output size is ceil_mode=0.")
+
+POOLING = RuleSet(global_pool + [ceil_mode])
 
 # ------------------------------------------------------------------------------------- recognized forms
-def _recognition_rules():
-    """GELU and LayerNorm written out, in the forms the existing recognizers know plus Keras' forms."""
-    from aiacc.core.passes import gelu, layernorm
-    from aiacc.core.passes.rewrite import Const, Op, Rule, Scalar, Var
+# GELU and LayerNorm written out: the recognizers' own rules (their patterns include TF's erfc GELU and the
+# Keras/TF LayerNormalization scale-shift form)
+RECOGNIZED = RuleSet(gelu.RULES + [layernorm.RULE, layernorm.TF_RULE])
 
-    x = Var("x")
-    # Keras/TF exact GELU: 0.5 * x * erfc(-x / sqrt 2), erfc(z) imported as 1 - erf(z)
-    erfc = Op("Sub", Scalar(1.0), Op("Erf", Op("Mul", Op("Neg", x), Scalar(1 / math.sqrt(2.0)))))
-    gelu_erfc = Rule("gelu_erfc", [Op("Mul", Op("Mul", x, Scalar(0.5)), erfc, name="y")],
-                     lambda m, b: b.op("Gelu", m["x"], name=m.root.name), gelu._check,
-                     doc="0.5 * x * (1 - erf(-x / sqrt 2)) is Gelu(x).")
-    # Keras LayerNormalization: x * m + (beta - mean * m), m = rsqrt(var + eps) * gamma
-    mean = Op("ReduceMean", x, Const("axes1"), name="mean")
-    var = Op("ReduceMean", Op("Mul", Op("Sub", x, mean, name="d"), Var("d"), name="sq"), Const("axes2"), name="var")
-    rstd = Op("Reciprocal", Op("Sqrt", Op("Add", var, Scalar(name="eps"), name="veps"), name="std"), name="rstd")
-    m_ = Op("Mul", rstd, Var("scale"), name="m")
-    keras_ln = Op("Add", Op("Mul", x, m_, name="xm"),
-                  Op("Add", Op("Mul", Op("Neg", Var("mean"), name="neg"), Var("m"), name="nm"), Var("bias"),
-                     name="shift"), name="y")
-    ln_keras = Rule("layernorm_keras", [keras_ln], layernorm._rewrite, layernorm._check,
-                    doc="x * (gamma / sqrt(var + eps)) + (beta - mean * gamma / sqrt(var + eps)) is "
-                        "LayerNormalization.")
-    return gelu.RULES + [gelu_erfc, layernorm.RULE, ln_keras]
+#: the rule sets in the order each round runs them (rewrites of one set can enable or block another's:
+#: a MatMul is flattened NCHW before it becomes a Gemm)
+PHASES: tuple[tuple[str, RuleSet], ...] = (
+    ("arithmetic", ARITHMETIC), ("linear", LINEAR), ("reshapes", RESHAPES), ("gemm", GEMM), ("conv", CONV),
+    ("batchnorm", BATCHNORM), ("pooling", POOLING), ("recognized", RECOGNIZED))
+
+#: every rule of canonicalize, for `RULES.explain(graph, node)` and `RULES["tensordot"].explain(...)`
+RULES = sum((rs for _, rs in PHASES[1:]), PHASES[0][1])
 
 
 # --------------------------------------------------------------------------------------------- attributes
@@ -592,34 +592,24 @@ def _normalize_attrs(g: Graph) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- the pass
-_RULES = None
+CLEANUP = ("identity_removal", "constant_folding", "cse", "dce")
 
 
 def canonicalize(graph: Graph, *, input_shapes=None, ctx: PassContext | None = None) -> int:
     """Rewrite `graph` in place into the canonical form (see the module docstring); returns the number of
     rewrites. `input_shapes` ({input name: shape} or a list in input order, in the canonical layout, e.g.
 NCHW for a TF image input) specializes symbolic dims."""
-    from aiacc.core.passes.manager import get_pass
-    from aiacc.core.passes.rewrite import RuleSet
-
-    global _RULES
-    if _RULES is None:
-        _RULES = RuleSet(_recognition_rules())
     ctx = ctx or PassContext("inference", 0)
     total = _io_layout(graph)
     if input_shapes is not None:  # canonical (post-layout) shapes
         specialize_shapes(graph, input_shapes)
-    cleanup = [get_pass(n) for n in ("identity_removal", "constant_folding", "cse", "dce")]
-    steps = [_commute_constants, _div_by_constant, _tensordot, _transpose_flatten_matmul, _flatten_like,
-             _matmul_add_to_gemm, _gemm_trans_b, _conv_bias, _pad_into_conv, _batchnorm_affine,
-             _mul_add_to_batchnorm, _global_pool, _ceil_mode, _reshape_targets]
+    cleanup = [get_pass(n) for n in CLEANUP]
     for _ in range(20):  # to a fixed point (each round shrinks the graph or normalizes a node for good)
         changed = 0
         for p in cleanup:
             changed += int(p.run(graph, PassContext(ctx.mode, ctx.level)) or 0)
-        for step in steps:
-            changed += step(graph)
-        changed += _RULES.run(graph, ctx)
+        for _name, rules in PHASES:
+            changed += rules.run(graph, ctx)
         total += changed
         if not changed:
             break

@@ -191,3 +191,56 @@ def test_registered_as_a_pass_outside_the_levels():
     run_passes(g, passes=["canonicalize"])
     assert ops(g) == ["Mul"]
     assert all("canonicalize" not in names for names in passes_by_level().values())
+
+
+def test_every_idiom_is_a_rule_that_explains_why_it_does_not_fire():
+    """The idioms are rewrite rules; explain() names the reason one does not apply at a node."""
+    from aiacc.core.passes.canonicalize import RULES
+
+    g = Graph("t")
+    x = g.add_input("x", "int64", (4,))
+    g.add_output(g.op("Div", x, g.add_initializer("c", np.array([2], np.int64)), name="div"))
+    assert "not floating point" in RULES.explain(g, "div")["div_by_constant"]
+    canon(g)
+    assert ops(g) == ["Div"]  # integer division does not become a multiplication
+
+    g = Graph("t")
+    x = g.add_input("x", "float32", (1, 3, 6, 6))
+    y = g.op("Conv", x, g.add_initializer("w", f32(4, 3, 3, 3)), kernel_shape=[3, 3], name="conv")
+    g.add_output(g.op("Add", y, g.add_initializer("c", f32(4)), name="add"))  # broadcasts over the last axis
+    why = RULES.explain(g, "add")
+    assert "not a per-channel bias" in why["conv_add_bias"]
+    assert why["mul_add_to_batchnorm"] == "expected Mul to produce %conv, found Conv<conv>"
+    canon(g)
+    assert ops(g) == ["Conv", "Add"]
+
+
+def test_conv_rules_are_conv_fusion_and_pad_folding_rules():
+    """canonicalize runs conv_fusion's bias rule and pad_folding's Pad-into-Conv rule themselves: a Conv with a
+    bias absorbs a per-channel Add into that bias, and a Pad also read elsewhere stays for that reader."""
+    from aiacc.core.passes import conv_fusion, pad_folding
+    from aiacc.core.passes.canonicalize import PHASES
+
+    conv_rules = dict(PHASES)["conv"].rules
+    assert conv_fusion.conv_add_bias in conv_rules and pad_folding.RULES["pad_into_conv"] in conv_rules
+
+    g = Graph("t")
+    x = g.add_input("x", "float32", (1, 3, 6, 6))
+    p = g.op("Pad", x, g.add_initializer("p", np.array([0, 0, 1, 1, 0, 0, 1, 1])), mode="constant")
+    y = g.op("Conv", p, g.add_initializer("w", f32(4, 3, 3, 3)), g.add_initializer("b", f32(4)), kernel_shape=[3, 3])
+    g.add_output(g.op("Add", y, g.add_initializer("c", f32(1, 4, 1, 1))))
+    g.add_output(g.op("Relu", p))
+    canon(g)
+    assert sorted(ops(g)) == ["Conv", "Pad", "Relu"]
+    conv = g.find_nodes("Conv")[0]
+    assert conv.inputs[0] is x and conv.attrs["pads"] == [1, 1, 1, 1]
+
+
+def test_a_no_op_reshape_of_an_input_keeps_the_output_name():
+    """A graph output that is a no-op Reshape of a graph input keeps its name (an Identity carries it)."""
+    g = Graph("t")
+    x = g.add_input("x", "float32", (2, 6))
+    g.add_output(g.op("Reshape", x, g.add_initializer("s", np.array([2, 6])), name="r"))
+    name = g.outputs[0].name
+    canon(g)
+    assert ops(g) == ["Identity"] and g.outputs[0].name == name
