@@ -452,12 +452,16 @@ def main(args) -> int:
         print(f"aiacc cluster: {reason}")
         return 2
     rate = None if str(args.rate).lower() == "none" else args.rate
-    with Testbed(args.nodes, rate, delay_ms=args.delay_ms) as tb:
-        print(f"aiacc cluster: {tb.n} nodes {', '.join(tb.address(i) for i in range(tb.n))} "
-              f"(endpoint {tb.address(0)}:{MASTER_PORT}), links {rate or 'unshaped'}", flush=True)
-        res = tb.run([args.script, *args.args], nproc_per_node=args.nproc_per_node, launcher=args.launcher,
-                     timeout=args.timeout, capture=False, python=not args.no_python,
-                     fail_grace=args.fail_grace)
+    try:
+        with Testbed(args.nodes, rate, delay_ms=args.delay_ms) as tb:
+            print(f"aiacc cluster: {tb.n} nodes {', '.join(tb.address(i) for i in range(tb.n))} "
+                  f"(endpoint {tb.address(0)}:{MASTER_PORT}), links {rate or 'unshaped'}", flush=True)
+            res = tb.run([args.script, *args.args], nproc_per_node=args.nproc_per_node, launcher=args.launcher,
+                         timeout=args.timeout, capture=False, python=not args.no_python,
+                         fail_grace=args.fail_grace)
+    except KeyboardInterrupt:
+        print("aiacc cluster: interrupted; the job was killed and the testbed torn down", file=sys.stderr)
+        return 130
     codes = [r.returncode for r in res]
     bad = [c for c in codes if c not in (0, None)]
     if bad:
