@@ -29,6 +29,7 @@ from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops.elementwise import infer_broadcast
 from aiacc.core.ops.nn import _CONV_ATTRS, infer_conv, infer_gemm, infer_matmul
 from aiacc.core.ops.registry import InferContext, get_schema, op
+from aiacc.core.ops.shape_utils import broadcast_shapes
 from aiacc.errors import AttributeError_, GraphError
 
 DOMAIN = "aiacc"
@@ -152,8 +153,6 @@ def infer_attention(ctx: InferContext) -> list[TensorType | None]:
     d_k = k.shape[-2] if ctx.attrs["k_transposed"] else k.shape[-1]
     if isinstance(d_q, int) and isinstance(d_k, int) and d_q != d_k:
         raise ctx.fail(f"query depth {d_q} differs from key depth {d_k}")
-    from aiacc.core.ops.shape_utils import broadcast_shapes
-
     try:
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError as e:

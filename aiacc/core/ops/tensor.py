@@ -5,7 +5,7 @@ import numpy as np
 
 from aiacc.core.ir import TensorType, type_of_array
 from aiacc.core.ops.registry import InferContext, infer_by_running, op
-from aiacc.core.ops.shape_utils import normalize_axis, numel
+from aiacc.core.ops.shape_utils import broadcast_shapes, normalize_axis, numel
 
 
 @op("Constant", inputs=0, attrs={"value": ("tensor", None), "value_float": ("float", None),
@@ -231,8 +231,6 @@ def infer_expand(ctx: InferContext):
         return [TensorType(ctx.dtype(0), (None,) * max(len(s), ts[0]))]
     if s is None:
         return [TensorType(ctx.dtype(0), None)]
-    from aiacc.core.ops.shape_utils import broadcast_shapes
-
     try:
         return [TensorType(ctx.dtype(0), broadcast_shapes(s, tuple(int(d) for d in target.reshape(-1))))]
     except ValueError as e:

@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph, Node
+from aiacc.core.ops import get_schema
 from aiacc.core.ops.fused import eval_program, parse_program
 from aiacc.core.runtime.executor import Interpreter
 from aiacc.errors import KernelError
@@ -87,8 +88,6 @@ def supported_op(op_type: str) -> bool:
 
 def generate_source(program: str, n_inputs: int) -> str:
     """Python source of the scalar function a program stands for."""
-    from aiacc.core.ops import get_schema
-
     args = [f"i{k}" for k in range(n_inputs)]
     lines = [f"def _kernel({', '.join(args)}):"]
     last = None

@@ -25,11 +25,13 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, Node, Value
-from aiacc.core.ops import get_schema
+from aiacc.core.ops import REQUIRED, get_schema
+from aiacc.core.ops.fused import decompose
 from aiacc.core.passes.utils import const_value as _const_of  # initializer or Constant node data
 from aiacc.core.translate import OpTable
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
+from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
 
 # qualified op ("Conv", "aiacc::FusedConv") -> lowering(builder, lnode) -> fx value(s); filled by the modules of
 # aiacc.plugins.torch.export_ops (the plugin imports them; this module never does)
@@ -286,8 +288,6 @@ def lower_node(b: Builder, node: Node, fusions) -> list:
 
 def resolved_attrs(node: Node) -> dict:
     """The node's attributes with schema defaults (None for required or absent ones)."""
-    from aiacc.core.ops import REQUIRED
-
     attrs = {k: (None if spec.default is REQUIRED else spec.default) for k, spec in node.schema.attrs.items()}
     attrs.update(node.attrs)
     return attrs
@@ -295,8 +295,6 @@ def resolved_attrs(node: Node) -> dict:
 
 def _lower_by_decomposition(b: Builder, node: Node, fusions) -> list:
     """A fused op without a torch lowering: lower the standard ops it stands for."""
-    from aiacc.core.ops.fused import decompose
-
     g = Graph("decompose")
     inputs = []
     for i, v in enumerate(node.inputs):
@@ -329,22 +327,16 @@ def lower_opaque(b: Builder, node: Node) -> list:
     if fn is None:
         raise UnsupportedError(f"node {node.name}: {node.qualified_op} is not an op aiacc knows and carries no "
                                f"torch callable, so it cannot run in torch")
-    from aiacc.plugins.torch.opaque import fill_template
-
     args, kwargs = fill_template(node.meta["torch.template"], [arg(b, v) for v in node.inputs],
                                  node.meta["torch.in_spec"], f"node {node.name}")
     kind = node.meta.get("torch.kind")
     if kind == "module":
         target = b.add_opaque_module(fn, qualname=node.meta.get("torch.target"))
-        from aiacc.plugins.torch.opaque import tie_state
-
         tie_state(b.root.get_submodule(target), node.meta.get("torch.target"), b.root)
         result = b.fx.call_module(target, tuple(args), dict(kwargs))
     elif kind == "method":
         result = b.method(fn.name, *args, **kwargs)
     else:
-        from aiacc.plugins.torch.opaque import CallableModule
-
         target = b.add_opaque_module(CallableModule(fn), copy_module=False)
         result = b.fx.call_module(target, tuple(args), dict(kwargs))
     spec = node.meta["torch.out_spec"]

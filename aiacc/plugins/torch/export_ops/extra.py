@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aiacc.core.ops.resize import resize, resize_plan
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch.exporter import LOWERINGS, LNode
 
@@ -19,8 +20,6 @@ from aiacc.plugins.torch.exporter import LOWERINGS, LNode
 # ------------------------------------------------------------------------------------------------ Resize
 def _resize_plan(n: LNode):
     """(axes, per-axis scale or None, per-axis output size) of a Resize with constant scales / sizes."""
-    from aiacc.core.ops.resize import resize_plan
-
     shape = n.shape(0)
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise UnsupportedError(f"node {n.name}: Resize of a tensor without a static shape")
@@ -60,8 +59,6 @@ def _interpolate_mode(n: LNode) -> tuple[str, bool | None] | None:
 def _axis_matrix(n: LNode, in_len: int, scale: float, out_len: int, by_scale: bool) -> np.ndarray:
     """The (out_len, in_len) matrix of one axis's interpolation (Resize is separable and linear per axis),
     computed by the reference kernel on an identity matrix."""
-    from aiacc.core.ops.resize import resize
-
     attrs = dict(n.attrs)
     attrs["axes"] = [0]
     eye = np.eye(in_len, dtype=np.float64)

@@ -13,7 +13,7 @@ from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.nn import f_pad
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES, Dim, tensor_to_numpy
 
 
 @MODULES.register(nn.Identity)
@@ -58,8 +58,6 @@ _NUMPY_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int
 
 # ---------------------------------------------------------------------------------- shapes and sizes
 def _dim(imp, v: Value, axis: int):
-    from aiacc.plugins.torch.importer import Dim
-
     shape = imp.shape_of(v)
     return Dim(shape[axis], v, axis)
 
@@ -428,8 +426,6 @@ def _new_constant(imp, x, *args, **kwargs):
 
 
 def tensor_to_numpy_(t: torch.Tensor) -> np.ndarray:
-    from aiacc.plugins.torch.importer import tensor_to_numpy
-
     return tensor_to_numpy(t)
 
 
