@@ -88,8 +88,8 @@ def export_graph(graph: Graph) -> Any:
         "__call__": tfm.function(call, input_signature=specs, autograph=False, reduce_retracing=True),
         "__doc__": "A TF model optimized by aiacc: call it like the original.",
     })
-    module = cls(name=_module_name(graph.name))
-    module.aiacc_graph = _Opaque(graph)
+    module = cls(name=module_name(graph.name))
+    module.aiacc_graph = Untracked(graph)
     try:  # build the TF graph now, so that a lowering problem surfaces here as an aiacc error
         module.__call__.get_concrete_function()
     except AiaccError:
@@ -100,7 +100,7 @@ def export_graph(graph: Graph) -> Any:
     return module
 
 
-class _Opaque:
+class Untracked:
     """Holds a Python object (the IR graph, an onnxruntime runner) on a tf.Module without tf.Module trying
     to track it; attribute access goes to the object."""
 
@@ -114,7 +114,8 @@ class _Opaque:
         return self.__dict__["_obj"]
 
 
-def _module_name(name: str) -> str:
+def module_name(name: str) -> str:
+    """A tf.Module name made from a graph name (TF accepts letters, digits and _, starting with a letter)."""
     clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "aiacc"
     return clean if clean[0].isalpha() else "m_" + clean
 

@@ -19,7 +19,7 @@ from aiacc.plugins.tf._tf import tf
 def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     """A tf.Module running `graph` on onnxruntime, with the graph's original input signature."""
     from aiacc.backends.onnxruntime import OrtGraphRunner
-    from aiacc.plugins.tf.exporter import _module_name, _Opaque, input_signature, pack_outputs
+    from aiacc.plugins.tf.exporter import Untracked, input_signature, module_name, pack_outputs
 
     tfm = tf()
     try:
@@ -53,7 +53,7 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
         "__call__": tfm.function(call, input_signature=specs, autograph=False),
         "__doc__": "A TF model whose graph runs in onnxruntime (made by aiacc.optimize(backend='onnxruntime')).",
     })
-    module = cls(name=_module_name(graph.name) + "_ort")
-    module.aiacc_graph = _Opaque(graph)
-    module.aiacc_runner = _Opaque(runner)
+    module = cls(name=module_name(graph.name) + "_ort")
+    module.aiacc_graph = Untracked(graph)
+    module.aiacc_runner = Untracked(runner)
     return module
