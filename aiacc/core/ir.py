@@ -7,7 +7,12 @@ the IR maintains those lists itself, so `replace_all_uses_with` and `erase` cost
 
 Node semantics come from the op registry (`aiacc.core.ops`): ONNX semantics for the default domain "",
 aiacc's fused ops in the domain "aiacc". A node whose (domain, op) the registry does not know is *opaque*:
-it is kept with its attributes, and may carry the framework's own payload in `node.meta` (never printed).
+it is kept with its attributes, and may carry the framework's own payload in `node.meta` (never printed);
+importers add one with `Graph.add_opaque`, and undo a translation that gave up halfway with
+`Graph.checkpoint()` / `Graph.rollback(token)`.
+
+Outside this module, code uses the public API only (Node.erased, Graph.first_node/last_node,
+add_untyped_input, remove_input, has_node_name, ...), never the underscore fields: a test enforces it.
 
 The IR does not import the op registry (the registry imports the IR): `aiacc.core.ops` hands the IR its
 schema lookup and shape inference at import with `use_registry` (the `aiacc.core` package imports it).

@@ -2,9 +2,12 @@
 aiacc.plugins.torch.exporter.LOWERINGS (keyed by qualified op). Importing this package fills it; the
 exporter never imports its tables (the plugin does, see translator.py).
 
-  basic   the ops of CNNs and transformers and aiacc's fused ops (the hot path)
-  extra   the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin, Range, ...)
+  elementwise  activations, arithmetic, Where, Cast, softmax, dropout
+  shape        reshapes, transposes, gather/slice/split/concat, padding, the common reductions
+  nn           convolution, normalization, pooling, MatMul / Gemm (oneDNN in inference exports)
+  fused        aiacc's fused ops (domain "aiacc")
+  extra        the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin, Range, ...)
 """
-from aiacc.plugins.torch.export_ops import basic, extra  # noqa: F401
+from aiacc.plugins.torch.export_ops import elementwise, extra, fused, nn, shape  # noqa: F401
 
-__all__ = ["basic", "extra"]
+__all__ = ["elementwise", "shape", "nn", "fused", "extra"]

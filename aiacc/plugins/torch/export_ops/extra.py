@@ -1,7 +1,7 @@
 """IR op -> torch lowerings for the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin) and that
 ONNX models bring (ReduceProd, ReduceL1/L2, ReduceLogSumExp, ReduceSumSquare, Range, ConstantOfShape).
 
-Kept apart from basic.py (the hot path of CNNs and transformers). Same contract: a lowering gets the
+Kept apart from the hot path of CNNs and transformers (elementwise, shape, nn, fused). Same contract: a lowering gets the
 Builder and an LNode (see exporter.py) and returns the fx value of each output.
 """
 from __future__ import annotations

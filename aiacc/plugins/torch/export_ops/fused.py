@@ -1,0 +1,172 @@
+"""Lowerings of aiacc's fused ops (domain "aiacc") to the fastest torch form: oneDNN convolution / linear with the
+activation as a post-op (summing into a dead residual in place), F.scaled_dot_product_attention, and the
+FusedElementwise program op by op.
+
+A lowering, registered in exporter.LOWERINGS under the op's qualified name ("Conv", "aiacc::FusedConv"),
+gets the Builder and an LNode (see exporter.py) and returns the fx value of each output. Constant inputs
+that torch takes as Python values (shapes, axes, clip bounds, dropout ratios) are read at export time;
+everything else stays a tensor so gradients flow.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aiacc.core.ops import get_schema
+from aiacc.core.ops.fused import parse_program
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.torch import fastpath
+from aiacc.plugins.torch.export_ops.nn import conv, gemm, gemm_is_linear
+from aiacc.plugins.torch.exporter import LOWERINGS, LNode, linear
+
+
+_ACT_INPLACE = {"Relu": F.relu_, "Sigmoid": torch.sigmoid_, "Tanh": torch.tanh_}
+
+
+def activation(b, y, act: str, params, inplace: bool):
+    """Apply a fused-op activation; in place where torch has an in-place form and it is safe."""
+    if not act:
+        return y
+    params = list(params or [])
+    if act in _ACT_INPLACE and inplace:
+        return b.call(_ACT_INPLACE[act], y)
+    if act == "Relu":
+        return b.call(torch.relu, y)
+    if act == "Sigmoid":
+        return b.call(torch.sigmoid, y)
+    if act == "Tanh":
+        return b.call(torch.tanh, y)
+    if act == "LeakyRelu":
+        return b.call(F.leaky_relu, y, params[0] if params else 0.01, inplace)
+    if act == "Elu":
+        return b.call(F.elu, y, params[0] if params else 1.0, inplace)
+    if act == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5][len(params):])[:2]
+        return b.call(torch.clamp, b.call(operator.add, b.call(operator.mul, y, alpha), beta), 0.0, 1.0)
+    if act == "HardSwish":
+        return b.call(F.hardswish, y, inplace)
+    if act == "Clip":
+        lo, hi = (params + [-math.inf, math.inf][len(params):])[:2]
+        if lo == 0 and hi == 6:
+            return b.call(F.relu6, y, inplace)
+        return b.call(torch.clamp_ if inplace else torch.clamp, y, None if lo == -math.inf else lo,
+                      None if hi == math.inf else hi)
+    if act == "Gelu":
+        return b.call(F.gelu, y)
+    if act == "GeluTanh":
+        return b.call(F.gelu, y, approximate="tanh")
+    raise UnsupportedError(f"unknown fused activation {act!r}")
+
+
+# ops whose output is a fresh tensor (never a view of an input) in their lowering
+_FRESH = {("aiacc", "FusedConv"), ("", "Conv"), ("", "Relu"), ("", "Add"), ("", "MaxPool"), ("", "AveragePool"),
+          ("", "BatchNormalization"), ("", "Clip")}
+# readers that only read (their outputs do not alias the input)
+_READERS = {("aiacc", "FusedConv"), ("", "Conv"), ("", "MaxPool"), ("", "AveragePool"), ("", "GlobalAveragePool"),
+            ("", "BatchNormalization")}
+
+
+def _residual_is_dead_after(b, value, node) -> bool:
+    """Whether `node` may overwrite `value`: a fresh tensor made by a known op, not a graph output, and
+    read otherwise only by earlier nodes that alias nothing."""
+    p = value.producer if value is not None else None
+    if p is None or value.const is not None or value.is_graph_output or p.schema is None \
+            or (p.domain, p.op) not in _FRESH or value.dtype != "float32":
+        return False
+    order = b.__dict__.setdefault("_order", {id(x): i for i, x in enumerate(b.ir)})
+    if id(node) not in order:
+        return False
+    for user, _ in value.uses:
+        if user is node:
+            continue
+        if (user.domain, user.op) not in _READERS or order.get(id(user), 1 << 60) > order[id(node)]:
+            return False
+    return sum(1 for u, _ in value.uses if u is node) == 1
+
+
+@LOWERINGS.register("aiacc::FusedConv")
+def _fused_conv(b, n):
+    act, params = n.attr("activation", ""), n.attr("activation_params")
+    residual = n.arg(3) if n.n_inputs > 3 and n.values[3] is not None else None
+    shape = n.shape(1)
+    if b.inference and residual is None and shape is not None and len(shape) == 4:
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None:  # the activation runs as oneDNN's post-op
+            return conv(b, n, onednn=onednn)
+    if b.inference and residual is not None and shape is not None and len(shape) == 4 \
+            and _residual_is_dead_after(b, n.values[3], n.outputs[0].producer):
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None and onednn[0] in ("none", "relu"):  # conv, sum into the residual, ReLU: one call
+            return conv(b, n, onednn=onednn, residual=residual)
+    y = conv(b, n)
+    if residual is not None:
+        # the conv output is fresh: accumulate in place (autograd handles add_ on a non-leaf)
+        y = b.method("add_", y, residual) if b.inplace_ok else b.call(operator.add, y, residual)
+    return activation(b, y, act, params, b.inplace_ok)
+
+
+@LOWERINGS.register("aiacc::FusedGemm")
+def _fused_gemm(b, n):
+    act, params = n.attr("activation", ""), n.attr("activation_params")
+    if b.inference and gemm_is_linear(n):
+        onednn = fastpath.onednn_activation(act, params)
+        if onednn is not None:
+            return gemm(b, n, onednn)
+    y = gemm(b, n)
+    return activation(b, y, act, params, b.inplace_ok)
+
+
+@LOWERINGS.register("aiacc::FusedMatMul")
+def _fused_matmul(b, n):
+    """act(x @ W + bias) as a linear with W^T (a constant W is transposed once, at export)."""
+    act, params = n.attr("activation", ""), n.attr("activation_params")
+    w = n.values[1]
+    if w is not None and w.const is not None:
+        key = ("T", id(w))
+        if key not in b.env:
+            b.env[key] = b.constant(np.ascontiguousarray(w.const.T))
+        weight = b.env[key]
+    else:
+        weight = b.method("t", n.arg(1))
+    bias = n.arg(2) if n.n_inputs > 2 and n.values[2] is not None else None
+    onednn = fastpath.onednn_activation(act, params) if b.inference else None
+    if onednn is not None:
+        return linear(b, n.arg(0), weight, bias, onednn)
+    y = linear(b, n.arg(0), weight, bias)
+    return activation(b, y, act, params, b.inplace_ok)
+
+
+@LOWERINGS.register("aiacc::Attention")
+def _attention(b, n):
+    q, k, v = n.arg(0), n.arg(1), n.arg(2)
+    if n.attr("k_transposed"):
+        k = b.method("transpose", k, -1, -2)
+    mask = n.arg(3) if n.n_inputs > 3 and n.values[3] is not None else None
+    if mask is not None and n.values[3].dtype != n.values[0].dtype:
+        raise UnsupportedError(f"node {n.name}: aiacc::Attention mask of dtype {n.values[3].dtype}")
+    return b.call(F.scaled_dot_product_attention, q, k, v, attn_mask=mask, scale=float(n.attr("scale", 1.0)))
+
+
+@LOWERINGS.register("aiacc::FusedElementwise")
+def _fused_elementwise(b, n):
+    """The program's statements as torch ops (torch fuses nothing here, but each op is one vectorized call)."""
+    env = {f"i{k}": n.arg(k) for k in range(n.n_inputs)}
+    consts = {f"i{k}": n.const(k) for k in range(n.n_inputs)}
+    last = None
+    for target, op_type, args, attrs in parse_program(n.attr("program")):
+        schema = get_schema(op_type)
+        full = {k: spec.default for k, spec in schema.attrs.items()}
+        full.update(attrs)
+        sub = LNode(b, op_type, full, [], n.outputs, f"{n.name}_{target}", args=[env[a] for a in args])
+        # constant operands stay readable as Python numbers
+        sub.const = (lambda cs: lambda i: cs[i] if i < len(cs) else None)([consts.get(a) for a in args])
+        sub.values = [object()] * len(args)  # every operand present
+        sub.shape = (lambda i: None)
+        out = LOWERINGS[op_type](b, sub)
+        last = env[target] = out[0] if isinstance(out, list) else out
+        consts[target] = None
+    return last
