@@ -55,11 +55,6 @@ class Plugin:
     rtol = 1e-4
     atol = 1e-5
 
-    @property
-    def framework(self) -> str:
-        """The plugin's name (the name error messages and reports use)."""
-        return self.name
-
     # ------------------------------------------------------------------------------------------ the protocol
     def detect(self, model: Any) -> bool:
         """True when `model` belongs to this plugin's framework. Must not import anything: it looks at
