@@ -26,9 +26,8 @@ from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, Node, Value
 from aiacc.core.ops import REQUIRED, get_schema
-from aiacc.core.ops.fused import decompose
 from aiacc.core.passes.utils import const_value as _const_of  # initializer or Constant node data
-from aiacc.core.translate import OpTable
+from aiacc.core.translate import OpTable, decompose_fused
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
@@ -189,6 +188,8 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     if not LOWERINGS:
         raise UnsupportedError("the torch lowerings are not loaded: import aiacc.plugins.torch.export_ops "
                                "(aiacc.export and the torch plugin do) before using the exporter directly")
+    # a fused op without a torch lowering: lowered as the standard ops it stands for
+    graph, _ = decompose_fused(graph, keep=lambda n: n.qualified_op in LOWERINGS)
     b = Builder(graph, original)
     state = graph.meta.get("torch.state", {})
     # model state: registered under its qualified names
@@ -279,8 +280,6 @@ def lower_node(b: Builder, node: Node, fusions) -> list:
         return special(b, ln, node)
     fn = LOWERINGS.get(node.qualified_op)
     if fn is None:
-        if node.domain == "aiacc":
-            return _lower_by_decomposition(b, node, fusions)
         raise UnsupportedError(f"node {node.name}: no torch lowering for {node.qualified_op}")
     out = fn(b, ln)
     return list(out) if isinstance(out, (list, tuple)) else [out]
@@ -291,34 +290,6 @@ def resolved_attrs(node: Node) -> dict:
     attrs = {k: (None if spec.default is REQUIRED else spec.default) for k, spec in node.schema.attrs.items()}
     attrs.update(node.attrs)
     return attrs
-
-
-def _lower_by_decomposition(b: Builder, node: Node, fusions) -> list:
-    """A fused op without a torch lowering: lower the standard ops it stands for."""
-    g = Graph("decompose")
-    inputs = []
-    for i, v in enumerate(node.inputs):
-        if v is None:
-            inputs.append(None)
-        elif v.const is not None:
-            inputs.append(g.add_initializer(f"c{i}", v.const))
-        else:
-            inputs.append(g.add_input(f"i{i}", v.dtype, v.shape))
-    n2 = g.add_node(node.op, inputs, node.attrs, domain=node.domain, name=node.name,
-                    outputs=len(node.outputs), output_types=[v.type for v in node.outputs])
-    for o in n2.outputs:
-        g.add_output(o)
-    decompose(n2, g)
-    for v_outer, v_inner in zip(node.inputs, inputs):
-        if v_inner is not None and v_inner.const is None:
-            b.env[id(v_inner)] = arg(b, v_outer)
-    for inner in g:
-        for v, o in zip(inner.outputs, lower_node(b, inner, _NoFusions())):
-            b.env[id(v)] = o
-    # b.env is keyed by id(value): keep this temporary graph alive for the whole export, or the next
-    # decomposition's values could reuse these ids and pick up stale fx nodes
-    b.__dict__.setdefault("_decomposed_graphs", []).append(g)
-    return [arg(b, v) for v in g.outputs]
 
 
 def lower_opaque(b: Builder, node: Node) -> list:
@@ -348,11 +319,6 @@ def lower_opaque(b: Builder, node: Node) -> list:
 
 
 # ------------------------------------------------------------------------------------------------ fusions
-class _NoFusions:
-    skip: set = set()
-    special: dict = {}
-
-
 class Fusions:
     """Peepholes the lowering applies: MatMul(x, Transpose(W)) (+ bias) -> F.linear, Mul(x, Sigmoid(x)) ->
     F.silu. `skip` nodes are absorbed into a later node's `special` lowering."""
