@@ -63,3 +63,15 @@ def test_zoo_refuses_what_a_framework_cannot_express():
         zoo.build("caffe", "bert_encoder")
     with pytest.raises(UnsupportedError, match="unknown framework 'jax'"):
         zoo.module("jax")
+
+
+def test_runner_and_install_hints_come_from_the_plugin(monkeypatch):
+    from aiacc import demo
+    from aiacc.plugins import get_plugin
+
+    plugin = get_plugin("caffe")
+    monkeypatch.setattr(plugin, "runner", lambda model, inputs: lambda: [np.asarray(inputs["data"]) * 2])
+    assert demo.runner("caffe", object(), {"data": np.ones(2)})()[0].tolist() == [2.0, 2.0]
+    monkeypatch.setattr(zoo, "installed", lambda fw: False)
+    assert demo.framework_available("caffe") == f"not installed ({plugin.install_hint})"
+    assert demo.framework_available("mxnet") == "not installed (pip install 'aiacc[mxnet]')"
