@@ -148,17 +148,26 @@ def test_optimize_file_of_an_onnx_file_is_a_file_report(tmp_path):
     assert get_plugin("onnx").load_file(out).equals(report.model)
 
 
+NET = """name: "tiny"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 dim: 6 dim: 6 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "drop" type: "Dropout" bottom: "conv" top: "conv" }
+"""
+
+
 def test_optimize_file_of_a_caffe_net_is_a_file_report(tmp_path):
     from aiacc.plugins.caffe import CaffeModel
-    from tests.zoo import caffe_models as zoo
 
-    prototxt, _ = zoo.write(zoo.build("lenet"), str(tmp_path), "lenet")
+    prototxt = str(tmp_path / "tiny.prototxt")
+    CaffeModel.from_text(NET).fill_random().save(prototxt, str(tmp_path / "tiny.caffemodel"))
     report = get_plugin("caffe").optimize_file(prototxt, str(tmp_path / "out" / "fast.prototxt"))
-    assert isinstance(report, FileReport) and report.framework == "caffe"
+    assert isinstance(report, FileReport) and report.framework == "caffe" and report.source == prototxt
     assert report.written == [str(tmp_path / "out" / "fast.prototxt"), str(tmp_path / "out" / "fast.caffemodel")]
     assert all(os.path.exists(p) for p in report.written)
     assert isinstance(report.model, CaffeModel) and report.passes is report.model.aiacc_report
-    assert report.passes.nodes_after < report.passes.nodes_before
+    assert "Dropout" not in report.model.layer_types and report.passes.nodes_after < report.passes.nodes_before
 
 
 def test_aiacc_export_goes_to_the_named_plugin():
