@@ -64,7 +64,13 @@ def _tensor_to_array(t: TensorProto, where: str) -> np.ndarray:
     if t.data_type not in _SUPPORTED_ELEM:
         raise UnsupportedError(f"{where}: tensor {t.name!r} of type {_elem_name(t.data_type)} "
                                f"has no numpy equivalent aiacc supports")
-    return numpy_helper.to_array(t).copy()
+    if any(d < 0 for d in t.dims):
+        raise ParseError(f"{where}: negative dimension in dims {list(t.dims)}")
+    try:
+        return numpy_helper.to_array(t).copy()
+    except (ValueError, TypeError) as e:  # data shorter/longer than its dims say, or of a bad byte size
+        raise ParseError(f"{where}: its data does not fit dims {list(t.dims)} of type "
+                         f"{_elem_name(t.data_type)} ({e})") from None
 
 
 def _type_from_proto(tp, where: str) -> TensorType | None:
@@ -344,6 +350,13 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike) -> Graph:
     """Read an ONNX model (a ModelProto or a file path) into an aiacc Graph."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
+    if not model.HasField("graph"):
+        raise ParseError("the ONNX model has no graph (an empty or truncated file?)")
+    for imp in model.opset_import:
+        newest = onnx.defs.onnx_opset_version()
+        if imp.domain in ("", "ai.onnx") and imp.version > newest:
+            raise UnsupportedError(f"the ONNX model imports the default domain at opset {imp.version}; the newest "
+                                   f"opset this onnx {onnx.__version__} knows is {newest}")
     if model.graph.sparse_initializer:
         raise UnsupportedError("sparse initializers are not supported")
     return _Importer(model).run()

@@ -50,6 +50,9 @@ def infer_conv(ctx: InferContext) -> list[TensorType | None]:
     if len(x.shape) != len(w.shape) or len(x.shape) < 3:
         raise ctx.fail(f"input rank {len(x.shape)} and weight rank {len(w.shape)} must be equal and at least 3")
     kernel = list(ctx.attrs["kernel_shape"] or w.shape[2:])
+    if ctx.attrs["kernel_shape"] and list(kernel) != [d if isinstance(d, int) else k
+                                                       for d, k in zip(w.shape[2:], kernel)]:
+        raise ctx.fail(f"kernel_shape {list(kernel)} does not match the weight's spatial shape {list(w.shape[2:])}")
     group = ctx.attrs["group"]
     cin = x.shape[1]
     if isinstance(cin, int) and isinstance(w.shape[1], int) and cin != w.shape[1] * group:
