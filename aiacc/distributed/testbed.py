@@ -27,6 +27,10 @@ On real machines the same script runs unchanged: on machine i, with node 0 reach
 
 (set GLOO_SOCKET_IFNAME to the interface that reaches the other machines if it is not the default one).
 
+The nodes share this machine's cores. `run(..., cpus="auto")` (`aiacc cluster run --cpus auto`) pins each
+node's processes to a core of its own (sched_setaffinity in the child before exec; inherited by what it
+starts), so that two "machines" do not steal each other's CPU; with more nodes than cores they share.
+
 Everything the testbed creates is named with the prefix `aiacc-<pid of its owner>-`, and is torn down on
 exit of the `with` block, on Ctrl-C, on SIGTERM (while the block runs in the main thread) and at interpreter
 exit; what a crash (SIGKILL) left behind is removed the next time a testbed starts (`cleanup_leftovers`:
@@ -312,14 +316,42 @@ class Testbed:
             raise TestbedError(f"no node {i} in a testbed of {self.n}")
         return f"{_NET}{i + 1}"
 
+    def cpu_sets(self, cpus: str | Sequence[int | Sequence[int]] | None) -> list[set[int] | None]:
+        """The cores each node's processes are pinned to: None (not pinned), "auto" (node i gets the i-th
+        core this process may use, cycling when there are more nodes than cores), or one entry per node
+        (a core or a list of cores; a shorter list is cycled)."""
+        if cpus is None:
+            return [None] * self.n
+        allowed = sorted(os.sched_getaffinity(0))
+        if isinstance(cpus, str):
+            if cpus != "auto":
+                raise TestbedError(f"cpus={cpus!r}: expected 'auto', or one core (or list of cores) per node")
+            return [{allowed[i % len(allowed)]} for i in range(self.n)]
+        entries = list(cpus)
+        if not entries:
+            raise TestbedError("cpus=[]: give at least one core")
+        out = []
+        for i in range(self.n):
+            e = entries[i % len(entries)]
+            cores = {int(e)} if isinstance(e, int) else {int(c) for c in e}
+            bad = sorted(cores - set(allowed))
+            if not cores or bad:
+                raise TestbedError(f"node {i}: cores {sorted(cores)} are not all usable here "
+                                   f"(this process may run on {allowed})")
+            out.append(cores)
+        return out
+
     def popen(self, i: int, argv: Sequence[str], *, env: dict[str, str] | None = None,
-              capture: bool = True) -> subprocess.Popen:
-        """Start `argv` in node i (its own session, so that it can be killed with its children)."""
+              capture: bool = True, cpus: set[int] | None = None) -> subprocess.Popen:
+        """Start `argv` in node i (its own session, so that it can be killed with its children); `cpus`:
+        pin it, and what it starts (the affinity is inherited), to these cores."""
         if not self.created:
             raise TestbedError("the testbed is not up (use it as a context manager, or call up())")
         pipe = subprocess.PIPE if capture else None
+        # pinned in the child before exec: no window in which it (or a worker it forks) runs elsewhere
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         p = subprocess.Popen(["ip", "netns", "exec", self.nodes[i], *argv], env=env, stdout=pipe, stderr=pipe,
-                             text=True, start_new_session=True)
+                             text=True, start_new_session=True, preexec_fn=pin)
         self._procs.append(p)
         return p
 
@@ -358,7 +390,8 @@ class Testbed:
 
     def run(self, argv: Sequence[str], *, nproc_per_node: int = 1, launcher: str = "torchrun",
             timeout: float = 120.0, env: dict[str, str] | None = None, capture: bool = True,
-            python: bool = True, fail_grace: float | None = 10.0) -> list[subprocess.CompletedProcess]:
+            python: bool = True, fail_grace: float | None = 10.0,
+            cpus: str | Sequence[int | Sequence[int]] | None = None) -> list[subprocess.CompletedProcess]:
         """Run `python argv...` (the script and its arguments; `python=False`: argv is the command) on every
         node as one job and wait. launcher "torchrun": one torchrun agent per node, results one per node;
         "env": the ranks themselves, results one per rank (rank order). Processes still running after
@@ -366,9 +399,14 @@ class Testbed:
 
         Once a node's command failed, the others get `fail_grace` seconds to finish, then are killed (as a
         cluster scheduler would end the job): a torchrun agent whose workers succeeded otherwise waits
-        300 s at its exit barrier for the agent that failed. None: wait for all, up to `timeout`."""
+        300 s at its exit barrier for the agent that failed. None: wait for all, up to `timeout`.
+
+        cpus: pin each node's processes (torchrun's agent and its workers, or the ranks) to cores of their
+        own, as on separate machines: "auto" (node i on the i-th usable core) or one core (list) per node;
+        see `cpu_sets`. None: not pinned."""
         from aiacc.distributed.launch import wait_all
 
+        sets = self.cpu_sets(cpus)
         if launcher not in ("torchrun", "env"):
             raise TestbedError(f"launcher {launcher!r}: expected 'torchrun' or 'env'")
         procs, nodes = [], []
@@ -376,12 +414,13 @@ class Testbed:
             for i in range(self.n):
                 if launcher == "torchrun":
                     procs.append(self.popen(i, self.torchrun_argv(i, argv, nproc_per_node, python),
-                                            env=self.node_env(i, env=env), capture=capture))
+                                            env=self.node_env(i, env=env), capture=capture, cpus=sets[i]))
                     nodes.append(i)
                     continue
                 for lr in range(nproc_per_node):
                     cmd = [sys.executable, *argv] if python else list(argv)
-                    procs.append(self.popen(i, cmd, env=self.node_env(i, lr, nproc_per_node, env), capture=capture))
+                    procs.append(self.popen(i, cmd, env=self.node_env(i, lr, nproc_per_node, env), capture=capture,
+                                            cpus=sets[i]))
                     nodes.append(i)
             results = wait_all(procs, timeout, fail_grace)
         finally:
@@ -423,12 +462,25 @@ def add_cli(subparsers) -> None:
                    help="once a node failed, seconds the others get before they are killed (default 10)")
     r.add_argument("--delay-ms", type=float, default=0.0, help="one-way link latency (needs netem, absent here)")
     r.add_argument("--no-python", action="store_true", help="SCRIPT is a command, not a python script")
+    r.add_argument("--cpus", default=None, help="pin each node's processes to cores: 'auto' (node i on the i-th "
+                                                "core) or a comma-separated core per node, e.g. 0,1 (default: "
+                                                "not pinned)")
     r.add_argument("script")
     r.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("check", help="say whether the testbed can run here (and why not)")
     c = sub.add_parser("cleanup", help="remove what crashed testbeds left (namespaces and their processes)")
     c.add_argument("--force", action="store_true", help="also remove testbeds that are still running")
     p.set_defaults(fn=main)
+
+
+def _cli_cpus(text: str | None):
+    """--cpus: None, "auto", or "0,1" (one core per node)."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return [int(c) for c in text.split(",")]
+    except ValueError:
+        raise TestbedError(f"--cpus {text!r}: expected 'auto' or comma-separated core numbers, e.g. 0,1") from None
 
 
 def main(args) -> int:
@@ -453,12 +505,17 @@ def main(args) -> int:
         return 2
     rate = None if str(args.rate).lower() == "none" else args.rate
     try:
+        cpus = _cli_cpus(args.cpus)
+    except TestbedError as e:
+        print(f"aiacc cluster: {e}")
+        return 2
+    try:
         with Testbed(args.nodes, rate, delay_ms=args.delay_ms) as tb:
             print(f"aiacc cluster: {tb.n} nodes {', '.join(tb.address(i) for i in range(tb.n))} "
                   f"(endpoint {tb.address(0)}:{MASTER_PORT}), links {rate or 'unshaped'}", flush=True)
             res = tb.run([args.script, *args.args], nproc_per_node=args.nproc_per_node, launcher=args.launcher,
                          timeout=args.timeout, capture=False, python=not args.no_python,
-                         fail_grace=args.fail_grace)
+                         fail_grace=args.fail_grace, cpus=cpus)
     except KeyboardInterrupt:
         print("aiacc cluster: interrupted; the job was killed and the testbed torn down", file=sys.stderr)
         return 130

@@ -145,3 +145,41 @@ def test_cli_says_why_it_cannot_run():
     res = subprocess.run([sys.executable, "-m", "aiacc.cli", "cluster", "run", "--", "x.py"], cwd=ROOT,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
     assert res.returncode == 2 and res.stdout.strip() == f"aiacc cluster: {reason}"
+
+
+AFFINITY = "import os; print('CPUS', os.environ['RANK'], sorted(os.sched_getaffinity(0)))"
+
+
+def test_cpus_pin_each_node_to_its_own_core(need_testbed, tmp_path):
+    script = tmp_path / "affinity.py"
+    script.write_text(AFFINITY)
+    allowed = sorted(os.sched_getaffinity(0))
+    with testbed.Testbed(2, "1gbit") as tb:
+        assert tb.cpu_sets(None) == [None, None]
+        assert tb.cpu_sets("auto") == [{allowed[0]}, {allowed[1 % len(allowed)]}]
+        assert tb.cpu_sets([allowed[-1]]) == [{allowed[-1]}, {allowed[-1]}]  # a shorter list is cycled
+        with pytest.raises(testbed.TestbedError, match="node 0: cores \\[4096\\] are not all usable"):
+            tb.cpu_sets([4096])
+        with pytest.raises(testbed.TestbedError, match="expected 'auto'"):
+            tb.cpu_sets("all")
+        for launcher in ("env", "torchrun"):  # torchrun's workers inherit the agent's affinity
+            res = tb.run([str(script)], launcher=launcher, cpus="auto", timeout=90)
+            lines = sorted(line for r in res for line in r.stdout.splitlines() if line.startswith("CPUS"))
+            assert lines == [f"CPUS {i} {[allowed[i % len(allowed)]]}" for i in range(2)], (launcher, res)
+        res = tb.run(["-c", AFFINITY], launcher="env", timeout=60)  # not pinned: every core
+        assert sorted(line for r in res for line in r.stdout.splitlines() if line.startswith("CPUS")) == \
+            [f"CPUS {i} {allowed}" for i in range(2)]
+
+
+def test_cli_cpus_option(need_testbed):
+    cmd = [sys.executable, "-m", "aiacc.cli", "cluster", "run", "--nodes", "2", "--launcher", "env", "--no-python",
+           "--cpus", "0,0", "--", sys.executable, "-c", AFFINITY]
+    if 0 not in os.sched_getaffinity(0):
+        pytest.skip("core 0 is not usable by this process")
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 0, res.stderr
+    assert sorted(line for line in res.stdout.splitlines() if line.startswith("CPUS")) == ["CPUS 0 [0]", "CPUS 1 [0]"]
+    res = subprocess.run([*cmd[:-4], "--cpus", "x", "--", "true"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert res.returncode == 2 and "--cpus 'x': expected 'auto'" in res.stdout, res.stdout + res.stderr
