@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     if args.threads:
         set_threads(args.threads)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]  # noqa: E731
-    frameworks, models = split(args.frameworks), split(args.models)
+    frameworks, models = split(args.frameworks), [zoo.canonical_name(m) for m in split(args.models)]
     batches = [int(b) for b in split(args.batch)]
     args.backends = split(args.backends)
     only, skip = set(split(args.peers)), set(split(args.skip_peers))

@@ -26,7 +26,7 @@ from rich.table import Table  # noqa: E402
 
 from aiacc.core import check_plan, plan_memory  # noqa: E402
 from aiacc.core.memory import MemoryProblem, schedule_bound  # noqa: E402
-from tests.zoo import ir_models as zoo  # noqa: E402
+from aiacc.zoo import ir_models as zoo  # noqa: E402
 
 MIB = 1 << 20
 

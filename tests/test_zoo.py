@@ -19,7 +19,8 @@ CASES = [(fw, m) for fw in ("torch", "tf", "mxnet", "caffe", "onnx") for m in zo
 
 
 def test_importing_the_zoo_imports_no_framework():
-    code = "import sys, aiacc.zoo; print(any(m in sys.modules for m in ('torch', 'tensorflow', 'mxnet')))"
+    code = ("import sys, aiacc.zoo, aiacc.zoo.small, aiacc.zoo.ir_models, aiacc.examples; "
+            "print(any(m in sys.modules for m in ('torch', 'tensorflow', 'mxnet', 'onnx')))")
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -49,3 +50,37 @@ def test_caffe_resnet50_has_the_reference_layout():
     types = model.layer_types
     assert types.count("Convolution") == 53 and types.count("BatchNorm") == 53 and types.count("Scale") == 53
     assert types.count("Eltwise") == 16 and model.outputs == ["prob"] and list(inputs) == ["data"]
+
+
+def test_one_catalogue_under_one_set_of_names():
+    """The example files, the ONNX zoo and the test zoo build from the same builders; "bert" is an alias of
+    the catalogue's bert_encoder wherever a model name is taken."""
+    from aiacc import examples
+    from aiacc.errors import UnsupportedError
+    from aiacc.zoo import onnx_models, small
+
+    assert examples.resnet50_onnx is onnx_models.resnet50_onnx
+    assert examples.bert_encoder_onnx is onnx_models.bert_encoder_onnx
+    assert zoo.canonical_name("bert") == "bert_encoder" and zoo.has("onnx", "bert")
+    for a, b in zip(examples.example_feeds("bert", batch=2, seq=8).values(),
+                    examples.example_feeds("bert_encoder", batch=2, seq=8).values()):
+        np.testing.assert_array_equal(a, b)
+    kw = dict(batch=1, seq=8, vocab=50, hidden=16, heads=2, layers=1, ffn=32)
+    assert zoo.build("onnx", "bert", **kw)[0] == zoo.build("onnx", "bert_encoder", **kw)[0]
+    assert small.module("caffe").OPENCV_MODELS == tuple(small.module("caffe").PROTOTXTS)
+    with pytest.raises(UnsupportedError, match="no test-size models for 'onnx'"):
+        small.module("onnx")
+
+
+def test_example_files_are_written_under_either_name(tmp_path):
+    """write_example takes an example's name or its catalogue name and writes the same model."""
+    import onnx
+
+    from aiacc import examples
+    from aiacc.errors import UnsupportedError
+
+    examples.write_example("bert", tmp_path / "a.onnx")
+    examples.write_example("bert_encoder", tmp_path / "b.onnx")
+    assert onnx.load(tmp_path / "a.onnx") == onnx.load(tmp_path / "b.onnx")
+    with pytest.raises(UnsupportedError, match="unknown example 'gpt'"):
+        examples.write_example("gpt", tmp_path / "c.onnx")

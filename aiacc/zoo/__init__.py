@@ -24,6 +24,12 @@ forward stays quick on a laptop CPU: 4 layers, hidden 256, 4 heads, feed-forward
 keyword arguments. The ImageNet models have 1000 classes; BatchNorm statistics are random (not the
 identity) so that folding them changes real numbers.
 
+The catalogue has two more parts, which tests and benchmarks share with the demo: `aiacc.zoo.small` (the
+same architectures at test size, plus small nets of each framework; the test zoo in tests/zoo re-exports
+them) and `aiacc.zoo.ir_models` (reference networks built directly as IR graphs, FULL and SMALL sizes).
+`aiacc.examples` writes the ONNX builders' models as files. Names are the same everywhere; ALIASES maps the
+other names a model goes by ("bert" is bert_encoder).
+
 Importing this package imports no framework: a framework is imported when one of its models is built.
 """
 from __future__ import annotations
@@ -39,6 +45,9 @@ MODELS = ("resnet50", "mobilenet_v2", "bert_encoder")
 
 # the Python package each framework's models need (caffe needs only protobuf, which aiacc depends on)
 _PACKAGES = {"torch": "torch", "tf": "tensorflow", "mxnet": "mxnet", "caffe": "google.protobuf", "onnx": "onnx"}
+
+# other names the same models go by: `aiacc example bert` is the catalogue's bert_encoder
+ALIASES = {"bert": "bert_encoder"}
 
 # models a framework cannot express, with the reason
 UNAVAILABLE = {("caffe", "bert_encoder"): "BVLC Caffe has no layer for a product of two activations "
@@ -62,14 +71,21 @@ def module(framework: str):
     return importlib.import_module(f"aiacc.zoo.{framework}_models")
 
 
+def canonical_name(model: str) -> str:
+    """The catalogue's name for `model` (an alias such as "bert" resolved)."""
+    return ALIASES.get(model, model)
+
+
 def has(framework: str, model: str) -> bool:
-    """Whether the zoo has `model` for `framework`."""
+    """Whether the zoo has `model` (or an alias of it) for `framework`."""
+    model = canonical_name(model)
     return model in MODELS and (framework, model) not in UNAVAILABLE
 
 
 def build(framework: str, model: str, *, batch: int = 1, **kw: Any):
     """(model, example_inputs) of bundled `model` for `framework`; size= (images) or seq= (BERT) and the
-    builder's other keyword arguments pass through."""
+    builder's other keyword arguments pass through. Aliases (ALIASES) are accepted."""
+    model = canonical_name(model)
     if model not in MODELS:
         raise UnsupportedError(f"unknown zoo model {model!r} (known: {', '.join(MODELS)})")
     if (framework, model) in UNAVAILABLE:

@@ -1,7 +1,7 @@
 """MXNet zoo: Gluon model_zoo resnet50_v1 and mobilenetv2_1.0 (pretrained=False) and a BERT-style encoder
 written with Gluon blocks, all HybridBlocks, random weights from fixed seeds. Inputs are tuples of numpy
 arrays (NCHW images; token ids as float32, as Gluon's Embedding takes them). See aiacc.zoo for sizes.
-`init`/`randomize` are shared with the test zoo (tests/zoo/mxnet_models.py)."""
+`init`/`randomize` are shared with the test-size catalogue (aiacc.zoo.small.mxnet_models)."""
 from __future__ import annotations
 
 import numpy as np

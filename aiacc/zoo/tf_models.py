@@ -1,6 +1,6 @@
 """TensorFlow zoo: keras.applications ResNet50 and MobileNetV2 (weights=None) and a Keras BERT-style
-encoder, random weights from fixed seeds, NHWC image inputs. See aiacc.zoo for sizes. The test zoo
-(tests/zoo/tf_models.py) builds its small ResNet50 and MobileNetV2 with these builders."""
+encoder, random weights from fixed seeds, NHWC image inputs. See aiacc.zoo for sizes. The test-size
+catalogue (aiacc.zoo.small.tf_models) builds its small ResNet50 and MobileNetV2 with these builders."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """PyTorch zoo: ResNet-50, MobileNetV2 and a BERT-style encoder written in code (torchvision's layouts, no
 torchvision), random weights from fixed seeds. See aiacc.zoo for sizes. The classes take their sizes as
-arguments: the test zoo (tests/zoo/torch_models.py) builds its small versions from them."""
+arguments: the test-size catalogue (aiacc.zoo.small.torch_models) builds its small versions from them."""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,4 @@
-"""Golden IR text of the per-framework zoo models (tests/zoo/<fw>_models.py) that are cheap to import.
+"""Golden IR text of the catalogue's test-size models (aiacc.zoo.small.<fw>_models) that are cheap to import.
 
 For each model: the canonical IR (import + canonicalize) and its level-2 optimization, printed with
 canonical_text, must equal tests/golden/zoo/<fw>_<model>.{canonical,opt2}.txt; canonicalization and level 2
@@ -25,19 +25,12 @@ MODELS = [("caffe", n) for n in ("lenet", "resnet", "squeezenet", "alexnet")] + 
 
 def _trace(fw: str, name: str):
     import aiacc
+    from aiacc.zoo import small
 
+    zoo = small.module(fw)
     if fw == "caffe":
-        from tests.zoo import caffe_models
-
-        model = caffe_models.build(name)
-        return aiacc.trace(model, None)
-    if fw == "torch":
-        from tests.zoo import torch_models as zoo
-    elif fw == "mxnet":
-        from tests.zoo import mxnet_models as zoo
-    else:
-        from tests.zoo import tf_models as zoo
-    model, ex = zoo.ZOO[name]() if hasattr(zoo, "ZOO") else getattr(zoo, name)()
+        return aiacc.trace(zoo.build(name), None)
+    model, ex = (zoo.TF_ZOO if fw == "tf" else zoo.ZOO)[name]()
     return aiacc.trace(model, ex)
 
 
