@@ -1,7 +1,7 @@
 """The `aiacc` command.
 
     aiacc example resnet50 -o model.onnx          write a bundled example model (resnet50, bert)
-    aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs
+    aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs, memory plan
     aiacc dump model.onnx --format text|json|dot -o FILE
     aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
     aiacc demo [--frameworks torch,tf] [--models resnet50,bert_encoder]   the bundled models, optimized and timed
@@ -215,11 +215,18 @@ def cmd_inspect(args) -> int:
         if args.optimize:
             doc["optimized"] = stats_after.as_dict()
             doc["passes"] = report.as_dict()
+        doc["unknown_ops"] = _unknown_ops(graph)
+        memory = _memory_plan_doc(after if args.optimize else graph, bind)
+        memory.pop("plan", None)
+        doc["memory"] = memory
         print(json.dumps(doc, indent=1, default=str))
         return 0
     console = _console()
     for t in _summary_tables(graph, stats, title):
         console.print(t)
+    unknown = _unknown_ops(graph)
+    if unknown:  # optimize() keeps them opaque; a reader of inspect must not mistake them for known ops
+        console.print(f"unknown ops (kept opaque, not checked): {', '.join(unknown)}")
     if args.optimize:
         from rich.table import Table
 
@@ -239,7 +246,44 @@ def cmd_inspect(args) -> int:
             if a != b:
                 cmp.add_row(op, str(a), str(b))
         console.print(cmp)
+    _print_memory_plan(console, after if args.optimize else graph, bind)
     return 0
+
+
+def _unknown_ops(graph) -> list[str]:
+    """Ops of the default (ONNX) domain that the registry does not know: they stay opaque."""
+    from aiacc.core.ops import get_schema
+
+    return sorted({n.op for n in graph if n.domain == "" and get_schema(n.op) is None})
+
+
+def _memory_plan_doc(graph, bind) -> dict:
+    """The memory plan's figures, or why there is none (symbolic dims without --bind, unknown shapes)."""
+    from aiacc.core.memory import plan_memory
+
+    dims = dict(bind or {})
+    assumed = sorted({d for v in graph.inputs if v.shape for d in v.shape if isinstance(d, str)} - set(dims))
+    dims.update({d: 1 for d in assumed})  # a plan needs sizes: unbound symbols count as 1, and we say so
+    try:
+        plan = plan_memory(graph, dims=dims or None)
+    except AiaccError as e:
+        return {"error": str(e)}
+    return {"plan": plan, "assumed": {d: 1 for d in assumed}, "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+            "import_order_bound_bytes": plan.import_order_bound_bytes, "naive_bytes": plan.naive_bytes,
+            "peak_step": plan.peak_step, "peak_node": plan.peak_node.name if plan.peak_node else None}
+
+
+def _print_memory_plan(console, graph, bind) -> None:
+    from aiacc.core.memory import format_memory_plan
+
+    doc = _memory_plan_doc(graph, bind)
+    if "error" in doc:
+        console.print(f"memory plan: not made ({doc['error']})")
+    else:
+        console.print(format_memory_plan(doc["plan"]))
+        if doc["assumed"]:
+            console.print("memory plan for " + ", ".join(f"{d}=1" for d in doc["assumed"]) +
+                          " (give --bind SYM=INT for other sizes)")
 
 
 def cmd_dump(args) -> int:
@@ -315,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"aiacc {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("inspect", help="summarize a model: inputs/outputs, ops, parameters, FLOPs")
+    s = sub.add_parser("inspect", help="summarize a model: inputs/outputs, ops, parameters, FLOPs, memory plan")
     s.add_argument("model", nargs="?")
     s.add_argument("--example", help="inspect a bundled example (resnet50, bert) instead of a file")
     s.add_argument("--bind", action="append", metavar="SYM=INT", help="size of a symbolic dimension for FLOPs")
