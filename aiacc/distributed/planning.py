@@ -1,38 +1,93 @@
-"""The plan every rank runs: the job's network as measured (`calibrate`) and rank 0's plan for a set of
+"""The plan every rank runs: the job's network as measured (`calibrate`: all-reduce times at several sizes
+on the process group, as a nodes x workers ClusterSpec) and rank 0's plan for a set of
 parameters, shared with all ranks (`plan_for`), since all ranks must issue the same collectives."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from aiacc.core.comm import ClusterSpec, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
+from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
 from aiacc.distributed.process import collective, local_size
 from aiacc.distributed.transport import broadcast_object
 
 _CLUSTER: ClusterSpec | None = None
 
 
-def calibrate(reps: int = 5) -> ClusterSpec:
-    """The job's cluster as measured: all-reduce times of 4 bytes and 4 MB fitted to the alpha-beta
-    model of a flat ring (rank 0's measurement, shared by all ranks so that their plans agree).
-    AIACC_NETWORK_GBPS=<Gb/s> skips the measurement and assumes that network between nodes."""
+CALIBRATION_SIZES = (1, 1 << 14, 1 << 18, 1 << 20, 1 << 22)  # float32 elements: 4 B, 64 KB, 1, 4, 16 MB
+_SAMPLES: list[tuple[int, float]] = []
+
+
+def cluster_shape(world: int) -> tuple[int, int]:
+    """(nodes, workers per node) of the job: torchrun's LOCAL_WORLD_SIZE ranks share a node."""
+    per = max(1, min(local_size(), world))
+    per = per if world % per == 0 else 1
+    return world // per, per
+
+
+def fit_alpha_beta(samples: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(latency s, seconds per byte) of the alpha-beta line through (bytes, seconds) samples: the latency
+    is the smallest message's time, the slope the least-squares one of the rest above it (dominated by
+    the large messages, whose per-byte cost a training step pays; a free intercept would let the noise of
+    the small ones make it negative or zero). Both are kept positive."""
+    pts = sorted((float(b), float(t)) for b, t in samples)
+    if len(pts) < 2 or pts[0][0] == pts[-1][0]:
+        raise CommError(f"calibration needs all-reduce times of at least 2 sizes, got {len(samples)}")
+    lat = max(0.0, pts[0][1])
+    x = np.array([b - pts[0][0] for b, _ in pts[1:]])
+    y = np.array([t - lat for _, t in pts[1:]])
+    coef = float(np.dot(x, y) / np.dot(x, x))
+    if coef <= 0:  # no measurable per-byte cost: the largest message's average
+        coef = max(pts[-1][1] / pts[-1][0], 1e-15)
+    return lat, coef
+
+
+def cluster_from_fit(latency: float, coef: float, world: int, nodes: int) -> ClusterSpec:
+    """The ClusterSpec whose flat-ring all-reduce cost (aiacc.core.comm.cost) is latency + coef * n.
+
+    gloo runs one ring over all ranks: 2(p-1) steps, each paying the link latency and n/p bytes. With
+    several nodes the ring crosses the network, whose link is the slow one (and carries a node's
+    traffic); on one node the measured links are the ones inside it."""
+    p = world
+    lat = latency / (2 * (p - 1))
+    bw = 2 * (p - 1) / p / coef
+    if nodes == 1:
+        return ClusterSpec(nodes=1, workers_per_node=p, inter_bandwidth=bw, intra_bandwidth=bw, intra_latency=lat)
+    per = p // nodes
+    return ClusterSpec(nodes=nodes, workers_per_node=per, inter_bandwidth=bw, inter_latency=lat,
+                       intra_bandwidth=bw, intra_latency=lat)
+
+
+def measurements() -> list[tuple[int, float]]:
+    """The (bytes, seconds) all-reduce times `calibrate` measured (rank 0's), empty before or when skipped."""
+    return list(_SAMPLES)
+
+
+def calibrate(reps: int = 3, sizes: Sequence[int] = CALIBRATION_SIZES) -> ClusterSpec:
+    """The job's cluster as measured on the actual process group: the fastest of `reps` all-reduces of
+    each of `sizes` float32 elements, a least-squares alpha-beta line through them, as the ClusterSpec of
+    nodes x workers (LOCAL_WORLD_SIZE ranks per node) whose ring cost is that line. Rank 0's
+    measurement is shared by all ranks so that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips the
+    measurement and assumes that network between nodes."""
     global _CLUSTER
     if _CLUSTER is not None:
         return _CLUSTER
     world = dist.get_world_size()
+    nodes, per = cluster_shape(world)
     if "AIACC_NETWORK_GBPS" in os.environ or world == 1:
-        per = max(1, min(local_size(), world))
-        per = per if world % per == 0 else 1
         gbps = float(os.environ.get("AIACC_NETWORK_GBPS", 25))
-        _CLUSTER = ClusterSpec(nodes=world // per, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
+        _CLUSTER = ClusterSpec(nodes=nodes, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
         return _CLUSTER
 
     def timed(n: int) -> float:
         t = torch.zeros(n)
+        if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
+            collective("calibration all-reduce", lambda: dist.all_reduce(t))
         best = float("inf")
         for _ in range(reps):
             collective("calibration barrier", dist.barrier)
@@ -41,14 +96,51 @@ def calibrate(reps: int = 5) -> ClusterSpec:
             best = min(best, time.perf_counter() - t0)
         return best
 
-    small, big = timed(1), timed(1 << 20)
-    alpha = small / (2 * (world - 1))
-    coef = max(big - small, 1e-9) / (4 << 20)
-    measured = [alpha, 2 * (world - 1) / world / coef]
-    measured = broadcast_object(measured, 0, "calibration")
-    _CLUSTER = ClusterSpec(nodes=1, workers_per_node=world, inter_bandwidth=measured[1],
-                           intra_bandwidth=measured[1], intra_latency=measured[0])
+    samples = [(4 * n, timed(n)) for n in sizes]
+    mid = sorted(sizes)[len(sizes) // 2 + 1] if len(sizes) > 2 else max(sizes)
+    slowdowns = measure_contention(mid, dict(samples)[4 * mid], reps)
+    samples, slowdowns = broadcast_object((samples, slowdowns), 0, "calibration")
+    _SAMPLES[:] = samples
+    lat, coef = fit_alpha_beta(samples)
+    _CLUSTER = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), compute_slowdown=slowdowns[0],
+                                   comm_slowdown=slowdowns[1])
     return _CLUSTER
+
+
+def measure_contention(numel: int, alone_s: float, reps: int = 3) -> tuple[float, float]:
+    """(compute slowdown, communication slowdown) when an all-reduce of `numel` float32 elements (alone:
+    `alone_s` seconds) runs beside compute on this process's cores, as backward does while its gradients
+    are reduced. Compute is a loop of small matrix products run until the all-reduce has finished; each
+    factor is the median over `reps` of (time with the other beside it) / (time alone), at least 1."""
+    a = torch.randn(160, 160)
+
+    def unit() -> None:
+        torch.mm(a, a)
+
+    for _ in range(5):
+        unit()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        unit()
+    unit_s = (time.perf_counter() - t0) / 50
+    buf = torch.zeros(numel)
+    cs, ns = [], []
+    for _ in range(reps):
+        collective("contention barrier", dist.barrier)
+        t0 = time.perf_counter()
+        work = collective("contention all-reduce", lambda: dist.all_reduce(buf, async_op=True))
+        iters = 0
+        while not work.is_completed():
+            unit()
+            iters += 1
+        elapsed = time.perf_counter() - t0
+        collective("contention all-reduce", work.wait)
+        if iters:
+            cs.append(elapsed / iters / unit_s)
+            ns.append(elapsed / alone_s)
+    if not cs:
+        return 1.0, 1.0
+    return max(1.0, float(np.median(cs))), max(1.0, float(np.median(ns)))
 
 
 def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan = "aiacc", *,

@@ -6,7 +6,8 @@ layer's gradients are ready when its backward ends. The network runs one all-red
 is free; "fifo" plans keep list order, "priority" plans take the ready bucket with the smallest
 priority). The next forward runs layers first to last and may start layer i only when every gradient
 of layer i is all-reduced. The iteration time is when that forward ends: backward + forward + the
-communication the schedule failed to hide.
+communication the schedule failed to hide. With `sync="step"` the next forward instead waits for every
+all-reduce (what DDP, Horovod and an optimizer step after a global synchronize do).
 """
 from __future__ import annotations
 
@@ -45,11 +46,16 @@ class SimResult:
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel | None = None,
-             *, validate: bool = True) -> SimResult:
-    """Run one iteration of `plan` on `cluster` and return its timeline."""
+             *, validate: bool = True, sync: str = "layer") -> SimResult:
+    """Run one iteration of `plan` on `cluster` and return its timeline. sync: "layer" (the next forward
+    of a layer waits for that layer's gradients) or "step" (it waits for all of them)."""
+    if sync not in ("layer", "step"):
+        raise CommError(f"unknown sync {sync!r}; expected 'layer' or 'step'")
     cost = cost or CostModel(cluster)
     if validate:
         plan.validate(model)
+    if cluster.contended:
+        return _simulate_contended(model, cluster, plan, cost, sync)
     events: list[Event] = []
     ready: dict[str, float] = {}
     layer_of: dict[str, int] = {}
@@ -102,12 +108,110 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
             done[p.grad] = max(done.get(p.grad, 0.0), end[k])
 
     t = backward_end
+    everything = max(done.values(), default=0.0)
     for layer in model.layers:
-        need = max([done.get(g.name, 0.0) for g in layer.grads], default=0.0)
+        need = everything if sync == "step" else max([done.get(g.name, 0.0) for g in layer.grads], default=0.0)
         s = max(t, need)
         events.append(Event("compute", f"forward {layer.name}", s, s + layer.forward_s,
                             {"waited_s": s - t} if s > t else {}))
         t = s + layer.forward_s
+    return SimResult(plan.strategy, t, model.forward_s + model.backward_s, float(sum(dur)), nb, order, events)
+
+
+def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel, sync: str) -> SimResult:
+    """`simulate` where compute and communication share the cores: an event-driven timeline in which
+    compute runs `cluster.compute_slowdown` times slower while an all-reduce is in flight, and an
+    all-reduce `cluster.comm_slowdown` times slower while compute runs. The compute lane runs backward
+    (last layer first), then the next forward, each forward layer once its gradients (sync "layer") or
+    all gradients (sync "step") are all-reduced; the network runs one bucket at a time as in `simulate`."""
+    cs, ns = cluster.compute_slowdown, cluster.comm_slowdown
+    L = len(model.layers)
+    tasks = [("backward", i) for i in range(L - 1, -1, -1)] + [("forward", i) for i in range(L)]
+    nb = len(plan.buckets)
+    wire = plan.wire_bytes(model)
+    dur = [float(cost.time(n)) for n in wire]
+    grads_of = [[g.name for g in l.grads] for l in model.layers]
+    missing = [len({p.grad for p in b.pieces}) for b in plan.buckets]  # gradients a bucket still waits for
+    holders: dict[str, list[int]] = {}
+    for k, b in enumerate(plan.buckets):
+        for g in {p.grad for p in b.pieces}:
+            holders.setdefault(g, []).append(k)
+    pending_of = {g: len(ks) for g, ks in holders.items()}  # buckets of a gradient not yet all-reduced
+    events: list[Event] = []
+    order: list[int] = []
+    started = [False] * nb
+    finished = 0
+    t = 0.0
+    ti, c_left, c_start, c_wait_from = 0, None, 0.0, None  # compute lane: task, work left (alone-seconds)
+    net, n_left, n_start = None, 0.0, 0.0  # network lane: bucket in flight, work left
+
+    def can_run(task) -> bool:
+        kind, i = task
+        if kind == "backward":
+            return True
+        if sync == "step":
+            return finished == nb
+        return all(pending_of.get(g, 0) == 0 for g in grads_of[i])
+
+    def pick() -> int | None:
+        ready = [k for k in range(nb) if not started[k] and missing[k] == 0 and plan.buckets[k].not_before <= t + 1e-12]
+        if plan.scheduling == "fifo":
+            nxt = next((k for k in range(nb) if not started[k]), None)
+            return nxt if nxt in ready else None
+        return min(ready, key=lambda k: (plan.buckets[k].priority, k)) if ready else None
+
+    while ti < len(tasks) or net is not None:
+        if c_left is None and ti < len(tasks):
+            if can_run(tasks[ti]):
+                kind, i = tasks[ti]
+                layer = model.layers[i]
+                c_left, c_start = (layer.backward_s if kind == "backward" else layer.forward_s), t
+            elif c_wait_from is None:
+                c_wait_from = t
+        if net is None:
+            k = pick()
+            if k is not None:
+                net, n_left, n_start = k, dur[k], t
+                started[k] = True
+                order.append(k)
+        c_rate = 1.0 / cs if net is not None else 1.0
+        n_rate = 1.0 / ns if c_left is not None else 1.0
+        steps = []
+        if c_left is not None:
+            steps.append(c_left / c_rate)
+        if net is not None:
+            steps.append(n_left / n_rate)
+        if net is None:  # an idle network may wait for a bucket's not_before
+            waits = [plan.buckets[k].not_before - t for k in range(nb)
+                     if not started[k] and missing[k] == 0 and plan.buckets[k].not_before > t + 1e-12]
+            steps += waits
+        if not steps:
+            raise CommError(f"plan {plan.strategy}: the simulation cannot progress (a bucket waits for a "
+                            f"gradient no layer produces)")
+        dt = max(0.0, min(steps))
+        t += dt
+        if c_left is not None:
+            c_left -= dt * c_rate
+        if net is not None:
+            n_left -= dt * n_rate
+        if net is not None and n_left <= 1e-12:
+            b = plan.buckets[net]
+            events.append(Event("network", f"all-reduce #{net}", n_start, t,
+                                {"bytes": wire[net], "algorithm": cost.best_algorithm(wire[net]),
+                                 "tensors": sorted({p.grad for p in b.pieces})[:8], "pieces": len(b.pieces)}))
+            for g in {p.grad for p in b.pieces}:
+                pending_of[g] -= 1
+            finished += 1
+            net = None
+        if c_left is not None and c_left <= 1e-12:
+            kind, i = tasks[ti]
+            args = {"waited_s": c_start - c_wait_from} if kind == "forward" and c_wait_from is not None else {}
+            events.append(Event("compute", f"{kind} {model.layers[i].name}", c_start, t, args))
+            if kind == "backward":
+                for g in grads_of[i]:
+                    for k in holders.get(g, ()):
+                        missing[k] -= 1
+            ti, c_left, c_wait_from = ti + 1, None, None
     return SimResult(plan.strategy, t, model.forward_s + model.backward_s, float(sum(dur)), nb, order, events)
 
 

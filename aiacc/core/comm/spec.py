@@ -104,6 +104,11 @@ class ClusterSpec:
 
     `inter_bandwidth` is one node's network interface (shared by its workers); `intra_bandwidth` is a
     worker's link inside a node (NVLink/PCIe/shared memory).
+
+    Contention: where the all-reduce runs on the cores that compute (gloo on CPU), the two slow each other
+    down. `compute_slowdown` is how many times longer compute takes while an all-reduce is in flight,
+    `comm_slowdown` how many times longer an all-reduce takes while compute runs (both measured by
+    aiacc.distributed.planning.calibrate; 1.0: no contention, as with NCCL on a GPU).
     """
 
     nodes: int
@@ -112,6 +117,8 @@ class ClusterSpec:
     inter_latency: float = 30e-6
     intra_bandwidth: float = 100e9
     intra_latency: float = 5e-6
+    compute_slowdown: float = 1.0
+    comm_slowdown: float = 1.0
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -123,6 +130,15 @@ class ClusterSpec:
         for k in ("inter_latency", "intra_latency"):
             if getattr(self, k) < 0:
                 raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
+        for k in ("compute_slowdown", "comm_slowdown"):
+            if not getattr(self, k) >= 1.0:
+                raise CommError(f"cluster {k} must be at least 1 (a factor by which contention slows down), "
+                                f"got {getattr(self, k)}")
+
+    @property
+    def contended(self) -> bool:
+        """Whether compute and communication slow each other down (see the class's docstring)."""
+        return self.compute_slowdown > 1.0 or self.comm_slowdown > 1.0
 
     @property
     def world_size(self) -> int:

@@ -54,8 +54,13 @@ def profile_backward(module: torch.nn.Module, loss_fn, name: str = "model") -> M
     and records when each parameter's gradient is produced."""
     params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
     stamps: dict[str, float] = {}
-    handles = [p.register_post_accumulate_grad_hook(lambda _p, n=n: stamps.setdefault(n, time.perf_counter()))
-               for n, p in params]
+
+    def stamp(name: str):
+        def hook(_param) -> None:  # a post-accumulate hook must return None
+            stamps.setdefault(name, time.perf_counter())
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(stamp(n)) for n, p in params]
     try:
         t0 = time.perf_counter()
         loss = loss_fn(module)

@@ -1,0 +1,369 @@
+"""Data-parallel training on an emulated multi-node network: aiacc's engine against DDP and Horovod-style
+reduction, candidates interleaved in the same processes.
+
+Setup: `aiacc.distributed.testbed`, 2 nodes (network namespaces) x 1 rank, each node pinned to its own
+core (`cpus="auto"`), links shaped by tc tbf to 100 Mbit/s, 1 Gbit/s and 10 Gbit/s; gloo over the links.
+Models (aiacc.zoo): a ResNet-style CNN (BasicBlock [1,1,1,1], base 48, 64x64 images, batch 32 per rank,
+2.8 M parameters) and a BERT-style encoder (3 layers, hidden 256, seq 64, batch 8 per rank, 3.5 M
+parameters); one rank's step is 100-400 ms on one core.
+
+Candidates, every round each one step in turn (rotating who goes first), a barrier before each step:
+    1 rank, no comm   the same step without communication (scaling efficiency = its step / a candidate's)
+    after backward    one all-reduce per gradient after backward (no overlap)
+    DDP 25 MB         torch DistributedDataParallel, defaults (25 MB buckets, 1 MB first bucket)
+    DDP best          DDP with the best bucket size of a short interleaved sweep (1, 5, 50 MB)
+    Horovod 64 MB     gradients fused into 64 MB buffers after backward (Horovod's fusion threshold)
+    DDP fp16 hook     DDP with its fp16_compress_hook
+    aiacc / aiacc fp16  aiacc's DistributedOptimizer (its plan, fp32 / fp16 on the wire)
+
+Columns: median step; throughput relative to DDP 25 MB; scaling efficiency; the simulator's predicted step
+for the candidate's plan on the same measured costs (per-layer compute from profiling, the link from
+`aiacc.distributed.planning.calibrate` at 4 sizes); the lower bound of any plan on those costs; the largest
+parameter difference from DDP 25 MB after the run (same data, seeds and steps: a check that each candidate
+really reduced the gradients). The 2 cores of this machine are shared with whatever else runs: numbers are
+noisy, hence interleaving and medians.
+
+    python benchmarks/dp.py                 # 3 links x 2 models
+    python benchmarks/dp.py --quick         # 1 Gbit/s, few steps (a smoke test)
+    python benchmarks/dp.py --rates 100mbit --models resnet --steps 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MB = 1 << 20
+RATES = ("100mbit", "1gbit", "10gbit")
+MODELS = ("resnet", "bert")
+SWEEP_MB = (1, 5, 50)
+
+
+# -- the rank's side ---------------------------------------------------------------------------------
+
+def build(name: str, rank: int):
+    """(model, inputs of this rank, loss function) of benchmark model `name`, the same weights on every rank."""
+    import torch
+
+    from aiacc.zoo.small.torch_models import BasicBlock
+    from aiacc.zoo.torch_models import BertEncoder, ResNet
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1000 + rank)
+    if name == "resnet":
+        model = ResNet(BasicBlock, (1, 1, 1, 1), num_classes=10, base=48)
+        x = torch.randn(32, 3, 64, 64, generator=g)
+        y = torch.randint(0, 10, (32,), generator=g)
+        return model, x, lambda m: torch.nn.functional.cross_entropy(m(x), y)
+    if name == "bert":
+        model = BertEncoder(4000, 256, 4, 3, 1024, max_len=64, dropout=0.0)
+        x = torch.randint(0, 4000, (8, 64), generator=g)
+        y = torch.randn(8, 256, generator=g)
+        return model, x, lambda m: torch.nn.functional.mse_loss(m(x)[1], y)
+    raise SystemExit(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def measured_spec(model, loss_fn, reps: int):
+    """Per-layer compute of one rank without communication: the median of `reps` profiled backward
+    passes (aiacc.plugins.torch.distributed.profile_backward) and the median whole step, whose remainder
+    (forward, optimizer update) is spread over the layers' forward."""
+    import torch
+
+    from aiacc.core.comm import Layer, ModelSpec
+    from aiacc.plugins.torch.distributed import profile_backward
+
+    specs = [profile_backward(model, loss_fn) for _ in range(reps)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    steps = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model).backward()
+        opt.step()
+        steps.append(time.perf_counter() - t0)
+    bwd = [statistics.median(s.layers[i].backward_s for s in specs) for i in range(len(specs[0].layers))]
+    fwd_total = max(1e-6, statistics.median(steps) - sum(bwd))
+    weights = [statistics.median(s.layers[i].forward_s for s in specs) for i in range(len(bwd))]
+    scale = fwd_total / (sum(weights) or 1.0)
+    return ModelSpec(specs[0].name, tuple(Layer(l.name, w * scale, b, l.grads)
+                                          for l, w, b in zip(specs[0].layers, weights, bwd)))
+
+
+def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, ddp_best_mb: int | None,
+               only_sweep: bool = False):
+    """{label: (model, step function, plan for the simulator or None, compression)}; `only_sweep`: just
+    DDP at each bucket size of `sweep`."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import aiacc.plugins.torch.horovod as hvd
+    from aiacc.core.comm import strategies
+    from aiacc.core.comm.plan import Bucket, Plan
+
+    out = {}
+
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+    def plain(model, loss_fn, opt, after=None):
+        def step():
+            opt.zero_grad()
+            loss_fn(model).backward()
+            if after:
+                after()
+            opt.step()
+        return step
+
+    def after_backward(plan: Plan) -> Plan:  # nothing starts before backward has ended
+        return Plan(plan.strategy, tuple(Bucket(b.pieces, b.priority, spec.backward_s) for b in plan.buckets),
+                    plan.scheduling, plan.compression)
+
+    def ddp(cap_mb, hook=None):
+        model, _, f = build(name, rank)
+        d = DDP(model, bucket_cap_mb=cap_mb)
+        if hook:
+            d.register_comm_hook(None, hook)
+        return model, plain(d, f, sgd(d)), strategies.ddp(spec, bucket_cap=cap_mb * MB,
+                                                          compression="fp16" if hook else "none")
+
+    if only_sweep:
+        for cap in sweep:
+            m, st, plan = ddp(cap)
+            out[f"DDP {cap} MB (sweep)"] = (m, st, plan, "none")
+        return out
+
+    m, _, f = build(name, rank)
+    out["1 rank, no comm"] = (m, plain(m, f, sgd(m)), None, "none")
+
+    m, _, f = build(name, rank)
+    params = [p for p in m.parameters()]
+
+    def per_tensor(params=params):
+        for p in reversed(params):  # backward's order
+            dist.all_reduce(p.grad)
+            p.grad.div_(world)
+    out["after backward"] = (m, plain(m, f, sgd(m), per_tensor),
+                             after_backward(strategies.per_tensor(spec)), "none")
+
+    m, st, plan = ddp(25)
+    out["DDP 25 MB"] = (m, st, plan, "none")
+    if ddp_best_mb is not None:
+        m, st, plan = ddp(ddp_best_mb)
+        out[f"DDP best ({ddp_best_mb} MB)"] = (m, st, plan, "none")
+
+    m, _, f = build(name, rank)
+    params_h = [p for p in m.parameters()]
+
+    def fused(params=params_h, threshold=64 * MB):
+        group, size = [], 0
+        groups = []
+        for p in reversed(params):
+            if group and size + p.grad.numel() * 4 > threshold:
+                groups.append(group)
+                group, size = [], 0
+            group.append(p)
+            size += p.grad.numel() * 4
+        groups.append(group)
+        for group in groups:
+            flat = torch.cat([p.grad.reshape(-1) for p in group])
+            dist.all_reduce(flat)
+            flat.div_(world)
+            off = 0
+            for p in group:
+                n = p.grad.numel()
+                p.grad.copy_(flat[off:off + n].view_as(p.grad))
+                off += n
+    out["Horovod 64 MB"] = (m, plain(m, f, sgd(m), fused),
+                            after_backward(strategies.horovod(spec, threshold=64 * MB, cycle_s=0)), "none")
+
+    m, st, plan = ddp(25, default_hooks.fp16_compress_hook)
+    out["DDP fp16 hook"] = (m, st, plan, "fp16")
+
+    for label, compression in (("aiacc", "none"), ("aiacc fp16", "fp16")):
+        m, _, f = build(name, rank)
+        opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), compression=compression,
+                                       model_spec=spec)
+        out[label] = (m, plain(m, f, opt), opt.plan, compression)
+    return out
+
+
+def interleave(cands: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
+    """Each candidate one step per round, rotating who goes first; the first `warmup` rounds are not kept."""
+    import torch.distributed as dist
+
+    names = list(cands)
+    times = {n: [] for n in names}
+    for i in range(rounds + warmup):
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            dist.barrier()
+            t0 = time.perf_counter()
+            cands[n][1]()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                times[n].append(dt)
+    return times
+
+
+def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import aiacc.plugins.torch.horovod as hvd
+    from aiacc.core.comm import CostModel, Layer, ModelSpec, lower_bound, simulate
+    from aiacc.distributed import planning
+
+    torch.set_num_threads(1)
+    hvd.init()
+    rank, world = hvd.rank(), hvd.size()
+    cluster = planning.calibrate()
+    cost = CostModel(cluster)
+    report = {"cluster": cluster.__dict__, "samples": planning.measurements(), "models": {}}
+    for name in models:
+        model, _, loss_fn = build(name, rank)
+        spec = measured_spec(model, loss_fn, profile_reps)
+        spec = hvd.broadcast_object(spec, 0, "measured model spec")  # rank 0's costs, as the plans use
+        best = None
+        if sweep:  # a short interleaved sweep of DDP's bucket size; its best is a candidate of the main run
+            swept = candidates(name, rank, world, sweep, spec, None, only_sweep=True)
+            tm = interleave(swept, max(2, steps // 2), 1)
+            best = min(sweep, key=lambda cap: statistics.median(tm[f"DDP {cap} MB (sweep)"]))
+            best = hvd.broadcast_object(best, 0, "best DDP bucket size")
+            del swept
+        cands = candidates(name, rank, world, (), spec, best)
+        times = interleave(cands, steps, warmup)
+        ref = dict(cands["DDP 25 MB"][0].named_parameters())
+        # the compute of this run, as measured beside the candidates (the machine's load changes): the
+        # profiled per-layer split, scaled to the median step of the candidate without communication
+        scale = statistics.median(times["1 rank, no comm"]) / (spec.forward_s + spec.backward_s)
+        spec = ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s * scale, l.backward_s * scale, l.grads)
+                                          for l in spec.layers))
+        rows = {}
+        for label, (m, _, plan, compression) in cands.items():
+            if plan is None:
+                pred = spec.forward_s + spec.backward_s
+                lb = pred
+            else:
+                pred = simulate(spec, cluster, plan, cost, validate=False, sync="step").iteration_s
+                lb = lower_bound(spec, cluster, cost, compression)
+            diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
+            rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
+                           "buckets": len(plan.buckets) if plan is not None else 0}
+        report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
+                                  "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
+                                  "rows": rows, "ddp_best_mb": best}
+        del cands
+    if rank == 0:
+        Path(out).write_text(json.dumps(report))
+    dist.barrier()
+    hvd.shutdown()
+
+
+# -- the driver --------------------------------------------------------------------------------------
+
+def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
+             timeout: float) -> dict:
+    """One testbed of 2 nodes at `rate`, the worker on each node (pinned to its own core); rank 0's report."""
+    from aiacc.distributed.testbed import Testbed
+
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "report.json")
+        argv = [__file__, "--worker", out, "--models", ",".join(models), "--steps", str(steps),
+                "--warmup", str(warmup), "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps)]
+        with Testbed(2, rate) as tb:
+            res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0,
+                         env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        for r in res:
+            if r.returncode != 0:
+                raise SystemExit(f"benchmark rank on node {r.node} failed (returncode {r.returncode}):\n"
+                                 f"{(r.stdout or '')[-1500:]}\n{(r.stderr or '')[-3000:]}")
+        return json.loads(Path(out).read_text())
+
+
+ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook", "aiacc",
+         "aiacc fp16")
+
+
+def table(reports: dict[str, dict]):
+    """The rich table of every link's report."""
+    from rich.table import Table
+
+    t = Table(title="Data-parallel step on the emulated cluster: 2 nodes x 1 rank (gloo, each node on its own core), "
+                    "medians of interleaved steps")
+    for col in ("link", "model", "candidate", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
+                "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "max |param - DDP|"):
+        t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
+    for rate, rep in reports.items():
+        for name, m in rep["models"].items():
+            rows = m["rows"]
+            ddp = statistics.median(rows["DDP 25 MB"]["times"])
+            local = statistics.median(rows["1 rank, no comm"]["times"])
+            labels = sorted(rows, key=lambda k: next((i for i, o in enumerate(ORDER) if k.startswith(o)), 99))
+            for label in labels:
+                r = rows[label]
+                med = statistics.median(r["times"])
+                q = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [med, med, med]
+                t.add_row(rate, f"{name} ({m['params'] / 1e6:.1f} M)", label, f"{med * 1e3:.0f}",
+                          f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
+                          f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
+                          f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
+                          "" if label.startswith("1 rank") else f"{r['param_diff']:.1e}")
+            t.add_section()
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke test: 1 Gbit/s, 2 steps, no sweep")
+    ap.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates (tc syntax)")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: resnet, bert")
+    ap.add_argument("--steps", type=int, default=8, help="measured rounds per candidate")
+    ap.add_argument("--warmup", type=int, default=2, help="rounds not measured")
+    ap.add_argument("--sweep", default=",".join(map(str, SWEEP_MB)), help="DDP bucket sizes (MB) swept; '' none")
+    ap.add_argument("--profile-reps", type=int, default=5, help="profiled steps for the measured compute")
+    ap.add_argument("--json", help="also write the raw reports here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    sweep = tuple(int(x) for x in args.sweep.split(",") if x)
+    models = [m for m in args.models.split(",") if m]
+    if args.quick:
+        args.rates, args.steps, args.warmup, sweep, args.profile_reps = "1gbit", 2, 1, (), 2
+    if args.worker:
+        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps)
+        return
+    from rich.console import Console
+
+    from aiacc.distributed.testbed import unavailable
+
+    reason = unavailable()
+    if reason:
+        raise SystemExit(f"benchmarks/dp.py: {reason}")
+    console = Console(width=220)
+    reports = {}
+    for rate in args.rates.split(","):
+        t0 = time.monotonic()
+        reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, timeout=1800)
+        c = reports[rate]["cluster"]
+        console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
+                      f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "
+                      f"compute {c['compute_slowdown']:.2f}x / all-reduce {c['comm_slowdown']:.2f}x slower when "
+                      f"both run; all-reduce ms at " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
+                                                                  reports[rate]["samples"]) +
+                      f" ({time.monotonic() - t0:.0f} s)", highlight=False)
+    console.print(table(reports))
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Calibration of the transport (aiacc.distributed.planning): the alpha-beta fit, the multi-node ClusterSpec
+whose cost model reproduces the measured line, and a real calibration on 2 testbed nodes (its shape, never
+its timing)."""
+import pytest
+
+pytest.importorskip("torch")
+
+from aiacc.core.comm import CommError, CostModel  # noqa: E402
+from aiacc.distributed.planning import cluster_from_fit, fit_alpha_beta  # noqa: E402
+
+
+def test_fit_recovers_a_line_and_stays_positive():
+    lat, coef = 2e-4, 8e-9
+    samples = [(b, lat + coef * b) for b in (4, 1 << 16, 1 << 20, 1 << 22, 1 << 24)]
+    got = fit_alpha_beta(samples)
+    assert got[0] == pytest.approx(lat + coef * 4) and got[1] == pytest.approx(coef, rel=1e-6)
+    # noisy small messages (slower than a larger one) never make the latency or the slope negative
+    lat2, coef2 = fit_alpha_beta([(4, 5e-3), (1 << 16, 1e-3), (1 << 22, 3e-2)])
+    assert lat2 >= 0 and coef2 > 0
+    with pytest.raises(CommError, match="at least 2 sizes"):
+        fit_alpha_beta([(4, 1e-4)])
+
+
+@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4), (2, 1), (4, 1), (4, 2)])
+def test_cluster_from_fit_reproduces_the_measured_ring(world, nodes):
+    lat, coef = 3e-4, 1e-8
+    c = cluster_from_fit(lat, coef, world, nodes)
+    assert (c.nodes, c.workers_per_node) == (nodes, world // nodes)
+    cost = CostModel(c, "ring")
+    for n in (4, 1 << 20, 1 << 24):
+        assert cost.time(n) == pytest.approx(lat + coef * n, rel=1e-9)
+    assert CostModel(c).time(1 << 24) <= lat + coef * (1 << 24) + 1e-12  # "auto" never costs more than the ring
+
+
+WORKER = """
+import json, sys
+import aiacc.plugins.torch.horovod as hvd
+from aiacc.distributed import planning
+hvd.init()
+c = planning.calibrate()
+if hvd.rank() == 0:
+    print("CAL", json.dumps({"cluster": c.__dict__, "samples": planning.measurements()}))
+hvd.shutdown()
+"""
+
+
+def test_calibration_on_two_testbed_nodes_is_a_two_node_cluster(tmp_path):
+    import json
+    import os
+
+    from tests.plugins._horovod_launch import need_testbed
+
+    need_testbed()
+    from aiacc.distributed.testbed import Testbed
+
+    script = tmp_path / "cal.py"
+    script.write_text(WORKER)
+    with Testbed(2, "1gbit") as tb:
+        res = tb.run([str(script)], launcher="env", cpus="auto", timeout=120,
+                     env={"PYTHONPATH": os.getcwd()})
+    assert all(r.returncode == 0 for r in res), [r.stderr[-2000:] for r in res]
+    line = next(l for r in res for l in r.stdout.splitlines() if l.startswith("CAL "))
+    got = json.loads(line[4:])
+    c = got["cluster"]
+    assert (c["nodes"], c["workers_per_node"]) == (2, 1)  # one rank per node: the ring crosses the network
+    assert [b for b, _ in got["samples"]] == [4, 1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    assert c["inter_bandwidth"] > 0 and c["compute_slowdown"] >= 1 and c["comm_slowdown"] >= 1
