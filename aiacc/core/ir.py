@@ -760,8 +760,12 @@ def const_value(v: Value | None) -> np.ndarray | None:
     if v.const is not None:
         return v.const
     p = v.producer
-    if p is not None and p.op == "Constant" and p.domain == "" and "value" in p.attrs:
-        return np.asarray(p.attrs["value"])
+    if p is not None and p.op == "Constant" and p.domain == "":
+        # every form ONNX's Constant has (value, value_float(s), value_int(s)), as the Constant kernel reads them
+        for key, dtype in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
+                           ("value_int", np.int64), ("value_ints", np.int64)):
+            if p.attrs.get(key) is not None:
+                return np.asarray(p.attrs[key], dtype=dtype)
     return None
 
 
