@@ -2,7 +2,8 @@
 
     aiacc example resnet50 -o model.onnx          write a bundled example model (resnet50, bert)
     aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs, memory plan
-    aiacc dump model.onnx --format text|json|dot -o FILE
+    aiacc dump model.onnx --format text|json|dot|svg|onnx -o FILE
+    aiacc view model.onnx [--optimize] [-o report.html] [--trace out.json]   the HTML view (aiacc.view)
     aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
     aiacc demo [--frameworks torch,tf] [--models resnet50,bert_encoder]   the bundled models, optimized and timed
 
@@ -311,6 +312,12 @@ def cmd_dump(args) -> int:
         else:
             with open(out, "w") as f:
                 f.write(text)
+    elif fmt == "svg":
+        if out in (None, "-"):
+            raise UnsupportedError("--format svg needs -o FILE")
+        from aiacc.view import write_svg
+
+        write_svg(graph, out)
     elif fmt == "onnx":
         if out in (None, "-"):
             raise UnsupportedError("--format onnx needs -o FILE")
@@ -371,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("dump", help="write the graph as text, JSON (+ .npz weights), DOT or ONNX")
     s.add_argument("model", nargs="?")
     s.add_argument("--example")
-    s.add_argument("--format", choices=("text", "json", "dot", "onnx"), default="text")
+    s.add_argument("--format", choices=("text", "json", "dot", "svg", "onnx"), default="text")
     s.add_argument("-o", "--output", default="-")
     s.set_defaults(fn=cmd_dump)
 
@@ -401,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     from aiacc.distributed.testbed import add_cli as cluster_cli
 
     cluster_cli(sub)  # aiacc cluster {run,check,cleanup}: the emulated multi-node cluster
+    from aiacc.view.cli import add_cli as view_cli
+
+    view_cli(sub)  # aiacc view MODEL [--optimize] [-o report.html] [--trace out.json]
     return p
 
 

@@ -423,7 +423,23 @@ class Rule:
         for n, name in renames:
             if not g.has_value(name):
                 n.name = name  # the replacement takes the old name: graph outputs keep theirs
+        _record_provenance(self.name, m.nodes, b.created)
         return True
+
+
+def _record_provenance(rule: str, matched: Sequence[Node], created: Sequence[Node]) -> None:
+    """Provenance for `aiacc view`: each new node's meta["replaced"] names the original nodes the rewrite
+    erased (through earlier rewrites: a node that replaced others stands for them) and meta["rule"] the rule."""
+    replaced: list[str] = []
+    for n in matched:
+        if n.erased:
+            replaced.extend(n.meta.get("replaced") or (n.name,))
+    if not replaced:
+        return
+    for n in created:
+        if not n.erased:
+            n.meta["replaced"] = list(dict.fromkeys(replaced))
+            n.meta["rule"] = rule
 
 
 class RuleFailure(AiaccError):
