@@ -14,6 +14,7 @@ Three things fx does not handle the way aiacc needs, and what this tracer does a
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import operator
 from typing import Any
@@ -22,6 +23,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 from torch.fx.proxy import Proxy
+from torch.utils import _pytree as pytree
 
 # containers fx should trace through even though they live in torch.nn
 _TRACE_THROUGH = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -39,6 +41,19 @@ class AiaccTracer(fx.Tracer):
         self.example: dict[str, Any] | None = None  # the example call's arguments by parameter name
         self._env: dict[fx.Node, Any] = {}  # example values of the nodes traced so far (filled on demand)
         self._saved_state: tuple | None = None
+        self.given: set[str] | None = None  # the forward parameters the example call passes (None: all)
+
+    # -- control flow on sizes, dtypes and ranks ------------------------------------------------------
+    def to_bool(self, obj: Proxy) -> bool:
+        """`if x.dim() == 3:`, `if mask.dtype == torch.bool:`, `assert H % w == 0`: a condition computed
+        only from tensors' metadata (shape, dtype, rank, device) is fixed on the example inputs, like every
+        shape of the trace, and answered from them. A condition on tensor data stays fx's TraceError."""
+        if static_node(obj.node):
+            try:
+                return bool(self.example_value(obj.node))
+            except Exception:  # noqa: BLE001 - no example value: fx's own error
+                pass
+        return super().to_bool(obj)
 
     # -- iteration over proxies ----------------------------------------------------------------------
     def iter(self, obj: Proxy):
@@ -93,14 +108,23 @@ class AiaccTracer(fx.Tracer):
         call's *args and **kwargs, by parameter name) each element gets its own getitem of the "*args"
         placeholder, so `f(*xs)` and `for x in xs` trace with the example's arity."""
         var_args = getattr(self, "var_args", None)
-        if not var_args:
-            return super().create_args_for_root(root_fn, is_module, concrete_args)
+        given = self.given
         fn = inspect.unwrap(root_fn)
         sig = inspect.signature(fn)
         params = list(sig.parameters.values())[1 if is_module else 0:]
+        omitted = given is not None and any(p.name not in given for p in params
+                                            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+        if not var_args and not omitted:
+            return super().create_args_for_root(root_fn, is_module, concrete_args)
         positional: list[Any] = [self.root] if is_module else []
         keywords: dict[str, Any] = {}
+        by_name = False  # after an omitted parameter, the given ones are passed by name
         for p in params:
+            if given is not None and p.name not in given and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                # not in the example call: the forward's own default applies (passing it, even as None, can
+                # clash with decorators that add it by keyword, as transformers' do with use_cache)
+                by_name = True
+                continue
             if p.kind == p.VAR_POSITIONAL:
                 ph = self.create_proxy("placeholder", "*" + p.name, (), {})
                 positional += [ph[i] for i in range(len(var_args.get(p.name, ())))]
@@ -109,7 +133,7 @@ class AiaccTracer(fx.Tracer):
                 keywords.update({k: ph[k] for k in var_args.get(p.name, {})})
             else:
                 value = self._proxy_placeholder(p.name, concrete_args, sig, fn)
-                if p.kind == p.KEYWORD_ONLY:
+                if p.kind == p.KEYWORD_ONLY or (by_name and p.kind != p.POSITIONAL_ONLY):
                     keywords[p.name] = value
                 else:
                     positional.append(value)
@@ -152,6 +176,66 @@ class AiaccTracer(fx.Tracer):
             for user in list(node.users):
                 self.graph.erase_node(user)
             self.graph.erase_node(node)
+
+
+# reading these off a tensor gives its metadata, never its data
+_META_ATTRS = {"shape", "dtype", "ndim", "device", "is_cuda", "is_sparse", "is_quantized", "layout",
+               "requires_grad", "is_meta"}
+_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "is_floating_point", "is_complex",
+                 "is_contiguous", "get_device", "element_size"}
+
+
+def static_node(node: fx.Node, _seen: dict | None = None) -> bool:
+    """Whether `node`'s value depends on its tensors' metadata only (shape, dtype, rank...), so it is the
+    same for every input of the example's shapes and dtypes."""
+    seen = {} if _seen is None else _seen
+    if node in seen:
+        return seen[node]
+    seen[node] = False
+    if node.op == "placeholder":
+        ok = False
+    elif node.op == "get_attr":
+        ok = True  # the model's own state: fixed for every input
+    elif node.op == "call_function" and node.target is getattr and len(node.args) > 1 \
+            and node.args[1] in _META_ATTRS:
+        ok = True
+    elif node.op == "call_method" and node.target in _META_METHODS:
+        ok = True
+    elif node.op in ("call_function", "call_method"):
+        ok = all(static_node(a, seen) for a in node.all_input_nodes)
+    else:
+        ok = False
+    seen[node] = ok
+    return ok
+
+
+def _python_state(module: nn.Module) -> list[tuple[nn.Module, dict, dict]]:
+    """Each submodule's plain attributes and a shallow copy of its dict/list attributes, before a trace."""
+    out = []
+    for m in module.modules():
+        attrs = {k: v for k, v in vars(m).items() if k not in ("_modules", "_parameters", "_buffers")}
+        out.append((m, attrs, {k: copy.copy(v) for k, v in attrs.items() if type(v) in (dict, list)}))
+    return out
+
+
+def _drop_proxies(module: nn.Module, saved: list) -> None:
+    """A forward that caches a result in Python state (timm's LeViT keeps its attention bias in a dict)
+    stored a proxy of this trace there: put back what was there before, so the model and a later trace
+    never see a proxy."""
+    def has_proxy(v):
+        return isinstance(v, Proxy) or (type(v) in (dict, list, tuple) and
+                                         any(isinstance(x, Proxy) for x in pytree.tree_leaves(v)))
+    for m, attrs, containers in saved:
+        for k, v in list(vars(m).items()):
+            if not has_proxy(v):
+                continue
+            if k not in attrs:
+                delattr(m, k)
+            elif k in containers and v is attrs[k]:
+                v.clear()
+                v.update(containers[k]) if isinstance(v, dict) else v.extend(containers[k])
+            else:
+                m.__dict__[k] = attrs[k]
 
 
 def _last_node(graph: fx.Graph) -> fx.Node | None:
@@ -220,8 +304,30 @@ def proxy_patches(tracer: "AiaccTracer"):
             return original(*args, **kwargs)
         return patched
 
+    # `torch.finfo(x.dtype)`, `if x.ndim == 4`, `x.to(y.device)`: a tensor's dtype, rank and device are the
+    # example's (fixed for the trace like its shapes), answered as Python values rather than proxies
+    original_getattr = Proxy.__getattr__
+
+    def patched_getattr(self, k):
+        if k in _FIXED_ATTRS and self.tracer is tracer:
+            try:
+                value = tracer.example_value(self.node)
+            except Exception:  # noqa: BLE001 - no example value: a proxy as fx makes it
+                value = None
+            if isinstance(value, torch.Tensor):
+                return getattr(value, k)
+        return original_getattr(self, k)
+
+    # functions a library marked torch.fx.wrap (torchvision's Swin helpers) are kept as calls by fx because
+    # fx cannot trace their shape checks; this tracer can (to_bool above), so it traces into them
+    from torch.fx import _symbolic_trace as st
+    wrapped_fns, wrapped_methods = dict(st._wrapped_fns_to_patch), list(st._wrapped_methods_to_patch)
+    st._wrapped_fns_to_patch.clear()
+    st._wrapped_methods_to_patch.clear()
+
     for name, original in factories.items():
         setattr(torch, name, factory(original))
+    Proxy.__getattr__ = patched_getattr
     Proxy.__len__ = patched_len
     Proxy.__setitem__ = patched_setitem
     for name in _INPLACE_DUNDERS:
@@ -232,6 +338,9 @@ def proxy_patches(tracer: "AiaccTracer"):
         for name, original in factories.items():
             setattr(torch, name, original)
         Proxy.__len__ = original_len
+        Proxy.__getattr__ = original_getattr
+        st._wrapped_fns_to_patch.update(wrapped_fns)
+        st._wrapped_methods_to_patch.extend(wrapped_methods)
         if had_setitem:
             Proxy.__setitem__ = original_setitem
         else:
@@ -243,6 +352,8 @@ def proxy_patches(tracer: "AiaccTracer"):
                 setattr(Proxy, name, fn)
 
 
+_FIXED_ATTRS = ("dtype", "ndim", "device", "is_cuda", "layout", "is_sparse", "is_quantized")
+
 _FACTORIES = ("zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn", "randint", "randperm",
               "tensor", "as_tensor")
 
@@ -251,8 +362,8 @@ _INPLACE_DUNDERS = ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloo
 
 
 def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
-                 leaf_types: tuple[type, ...], example_args: dict[str, Any] | None = None
-                 ) -> tuple[fx.GraphModule, dict[str, str]]:
+                 leaf_types: tuple[type, ...], example_args: dict[str, Any] | None = None,
+                 given: set[str] | None = None) -> tuple[fx.GraphModule, dict[str, str]]:
     """Symbolically trace `module`; returns the GraphModule and the submodules made opaque (name -> why).
 
     If even the top-level forward cannot be traced, the whole module becomes one opaque call (its *args
@@ -263,6 +374,8 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     tracer.var_args = {p.name: (example_args or {}).get(p.name, () if p.kind == p.VAR_POSITIONAL else {})
                        for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     tracer.example = example_args
+    tracer.given = given
+    saved = _python_state(module)
     try:
         with capture_autograd_functions(tracer), proxy_patches(tracer):
             graph = tracer.trace(module, concrete_args=concrete_args)
@@ -272,6 +385,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     finally:
         tracer._env.clear()
         tracer.restore_state()
+        _drop_proxies(module, saved)
     # whole-model fallback: a graph with one call_module node on a wrapper holding the module
     wrapper = nn.Module()
     wrapper.add_module("model", module)
@@ -279,7 +393,11 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
 
     example_args = example_args or {}
     call_args, call_kwargs = [], {}
+    by_name = False  # after a parameter the example call omits, the given ones are passed by name
     for p in inspect.signature(module.forward).parameters.values():
+        if given is not None and p.name not in given and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            by_name = True
+            continue
         if concrete_args and p.name in concrete_args:
             value = concrete_args[p.name]
         elif p.kind == p.VAR_POSITIONAL:
@@ -294,7 +412,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
             continue
         else:
             value = graph.placeholder(p.name)
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+        if p.kind == p.POSITIONAL_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD and not by_name):
             call_args.append(value)
         else:
             call_kwargs[p.name] = value

@@ -21,6 +21,7 @@ Graph metadata the exporter reads back (keys under "torch."):
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable
-from aiacc.errors import ShapeError, UnsupportedError
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError
 from aiacc.plugins.torch._fx import trace_module
 from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
 
@@ -206,12 +207,17 @@ class Importer:
         except TypeError as e:
             raise ShapeError(f"{type(self.model).__name__}.forward{sig} does not accept the example inputs "
                              f"{describe_args(self.args, self.kwargs)}: {e}") from None
+        given = set(bound.arguments)
         bound.apply_defaults()
         self.var_kinds = {p.name: "*" if p.kind == p.VAR_POSITIONAL else "**" for p in sig.parameters.values()
                           if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        # a forward with **kwargs (transformers' models) gets only what the example call passes, by name: the
+        # rest keep the forward's defaults, since decorators may add them by keyword themselves
+        given = given if self.var_kinds else set(bound.arguments)
         self.param_order = list(sig.parameters)
-        concrete = {k: v for k, v in bound.arguments.items() if not _has_tensor(v) and k not in self.var_kinds}
-        gm, forced = trace_module(self.model, concrete or None, tuple(LEAF_MODULES), dict(bound.arguments))
+        concrete = {k: v for k, v in bound.arguments.items()
+                    if not _has_tensor(v) and k not in self.var_kinds and k in given}
+        gm, forced = trace_module(self.model, concrete or None, tuple(LEAF_MODULES), dict(bound.arguments), given)
         self.gm = gm
         self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
         for name, why in forced.items():
@@ -279,6 +285,11 @@ class Importer:
                 env[n] = self._get_attr(gm, n.target)
             elif n.op == "output":
                 leaves, spec = pytree.tree_flatten(_plain(fx.node.map_arg(n.args[0], lambda a: env[a])))
+                # fx records a returned dict subclass (a transformers ModelOutput, an OrderedDict) as a plain
+                # dict: the example run's own result has the structure the model returns
+                returned = pytree.tree_flatten(_plain(example.get(n)))
+                if len(returned[0]) == len(leaves) and returned[1] != spec:
+                    spec = returned[1]
                 out_leaves = []
                 for leaf in leaves:
                     if isinstance(leaf, Value):
@@ -330,7 +341,8 @@ class Importer:
             fn = METHODS.get(n.target)
             key = f"Tensor.{n.target}"
         else:
-            fn = FUNCTIONS.get(n.target) or aten_converter(n.target)
+            # by the callable, else by its qualified name (libraries the plugin must not import: torchvision)
+            fn = FUNCTIONS.get(n.target) or FUNCTIONS.get(_qualified_name(n.target)) or aten_converter(n.target)
             key = describe_node(gm, n)
         reason = "no converter"
         # an in-place call: later reads of the mutated tensor (the first argument) must see its result
@@ -347,6 +359,12 @@ class Importer:
             except Untranslatable as e:
                 reason = str(e)
                 self._rollback(mark)
+            except AiaccError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a converter's own bug or an unforeseen form: this node only
+                reason = f"its converter failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                self._rollback(mark)
+                warnings.warn(f"aiacc: {key} at {n.name} stays opaque: {reason}", RuntimeWarning, stacklevel=2)
         if fn != "done":
             self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
             # out of place (on a copy), so no other reader of the tensor sees the change at the wrong time;
@@ -504,6 +522,12 @@ def _plain(x: Any) -> Any:
     if type(x) is tuple:
         return tuple(_plain(v) for v in x)
     return x
+
+
+def _qualified_name(fn: Any) -> str | None:
+    """'module.qualname' of a function ('torchvision.ops.stochastic_depth.stochastic_depth')."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else None
 
 
 def _has_ir_value(x: Any) -> bool:

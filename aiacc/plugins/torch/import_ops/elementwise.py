@@ -38,10 +38,31 @@ def _operands(imp, a, b):
     return imp.scalar_like(a, b), b
 
 
+def divide(imp, a, b, rounding_mode):
+    """torch.div(a, b, rounding_mode='trunc' | 'floor') for tensors of one dtype."""
+    a, b = _operands(imp, a, b)
+    integer = np.dtype(a.dtype).kind in "iu"
+    if rounding_mode == "trunc":
+        if integer:
+            return imp.op("Div", a, b)  # integer Div truncates (ONNX)
+        q = imp.op("Div", a, b)
+        return imp.op("Mul", imp.op("Sign", q), imp.op("Floor", imp.op("Abs", q)))
+    if rounding_mode == "floor":
+        if integer:  # a - a mod b (the floor remainder) is a multiple of b: its quotient is exact
+            return imp.op("Div", imp.op("Sub", a, imp.op("Mod", a, b, fmod=0)), b)
+        return imp.op("Floor", imp.op("Div", a, b))
+    raise Untranslatable(f"rounding_mode={rounding_mode!r}")
+
+
+
 def _binary(op_name: str):
-    def conv(imp, a, b, *, alpha=1, out=None):
+    def conv(imp, a, b, *, alpha=1, out=None, rounding_mode=None):
         if out is not None:
             raise Untranslatable("out= argument")
+        if rounding_mode is not None:
+            if op_name != "Div":
+                raise Untranslatable(f"rounding_mode= for {op_name}")
+            return divide(imp, a, b, rounding_mode)
         a, b = _operands(imp, a, b)
         if alpha != 1:
             b = imp.op("Mul", b, imp.scalar_like(alpha, b))
@@ -206,8 +227,10 @@ def _m_gelu(imp, m, x):
 def softmax_like(op_name):
     def conv(imp, x, dim=None, _stacklevel=3, dtype=None):
         x = tensor(x)
-        if dim is None or dtype is not None:
-            raise Untranslatable("implicit dim or dtype=")
+        if dim is None:
+            raise Untranslatable("implicit dim")
+        if dtype is not None and str(dtype).replace("torch.", "") != x.dtype:
+            x = imp.op("Cast", x, to=str(dtype).replace("torch.", ""))  # softmax computed in dtype
         return imp.op(op_name, x, axis=norm_axis(dim, rank(x)))
     return conv
 

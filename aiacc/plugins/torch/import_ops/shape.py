@@ -12,6 +12,7 @@ from torch import nn
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
+from aiacc.plugins.torch.import_ops.indexing import advanced_getitem
 from aiacc.plugins.torch.import_ops.nn import f_pad
 from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES, Dim, tensor_to_numpy
 
@@ -265,7 +266,7 @@ def _getitem(imp, x, index):
         return x[index]
     index = index if isinstance(index, tuple) else (index,)
     if any(isinstance(i, Value) or isinstance(i, (list, torch.Tensor)) for i in index):
-        raise Untranslatable("advanced indexing")
+        return advanced_getitem(imp, x, index)
     shape = list(imp.shape_of(x))
     if index.count(Ellipsis) > 1:
         raise Untranslatable("two ellipses")

@@ -1,0 +1,138 @@
+"""Converters for indexing and the ops transformers / torchvision / timm models use around it: tensor
+(advanced) indexing, torch.gather, cumsum, torchvision's stochastic_depth.
+
+All of them are built from ops the IR has (Gather, Reshape, Mul, Add, Mod, ReduceSum, Floor ...) on static
+shapes, so they fuse and lower like any other node.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from aiacc.core.ir import Value
+from aiacc.core.translate import Untranslatable
+from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, tensor_to_numpy
+
+
+def _index_value(imp, i) -> Value | None:
+    """An integer index tensor as an IR value (a constant for a torch tensor or a list); None if not one."""
+    if isinstance(i, Value):
+        if i.dtype is None or np.dtype(i.dtype).kind not in "iu":
+            raise Untranslatable("a boolean or float index tensor (masking gives a data-dependent shape)")
+        return i
+    if isinstance(i, torch.Tensor) or isinstance(i, list):
+        a = tensor_to_numpy(i) if isinstance(i, torch.Tensor) else np.asarray(i)
+        if a.dtype.kind not in "iu":
+            raise Untranslatable("a boolean or float index tensor (masking gives a data-dependent shape)")
+        return imp.const(a.astype(np.int64))
+    return None
+
+
+def _wrap(imp, idx: Value, size: int) -> Value:
+    """Negative indices count from the end (torch's indexing rule): idx mod size."""
+    return imp.op("Mod", idx, imp.const(np.asarray(size, dtype=idx.dtype or "int64")), fmod=0)
+
+
+def advanced_getitem(imp, x: Value, index: tuple):
+    """`x[..., idx, ...]` with index tensors: one tensor index among full slices is a Gather on its axis;
+    several tensors on the leading axes (`mask[batch_idx, kv_idx]`, broadcast together) index the
+    flattened leading axes with one linear index. Other mixes stay opaque."""
+    shape = list(imp.shape_of(x))
+    if Ellipsis in index or None in index:
+        raise Untranslatable("advanced indexing with None or an ellipsis")
+    kinds = []
+    for i in index:
+        if isinstance(i, slice):
+            if i != slice(None):
+                raise Untranslatable("advanced indexing mixed with a partial slice")
+            kinds.append(None)
+        else:
+            v = _index_value(imp, i)
+            if v is None:
+                raise Untranslatable("advanced indexing mixed with an integer index")
+            kinds.append(v)
+    tensors = [k for k, v in enumerate(kinds) if v is not None]
+    if len(tensors) == 1:
+        axis = tensors[0]
+        return imp.op("Gather", x, _wrap(imp, kinds[axis], shape[axis]), axis=axis)
+    if tensors != list(range(len(tensors))):
+        raise Untranslatable("index tensors on axes that are not the leading ones")
+    k = len(tensors)
+    strides = [int(np.prod(shape[j + 1:k])) for j in range(k)]
+    linear = None
+    for j in range(k):
+        term = _wrap(imp, kinds[j], shape[j])
+        if strides[j] != 1:
+            term = imp.op("Mul", term, imp.const(np.asarray(strides[j], dtype=term.dtype)))
+        if linear is not None and linear.dtype != term.dtype:
+            raise Untranslatable("index tensors of different dtypes")
+        linear = term if linear is None else imp.op("Add", linear, term)
+    flat = imp.op("Reshape", x, imp.ints([int(np.prod(shape[:k]))] + shape[k:]))
+    return imp.op("Gather", flat, linear, axis=0)
+
+
+@FUNCTIONS.register(torch.gather)
+@METHODS.register("gather")
+def _gather(imp, x, dim, index, *, sparse_grad=False, out=None):
+    """torch.gather (ONNX GatherElements): out[i][j][k] = x[i][index[i][j][k]][k] for dim 1. Written as a
+    Gather on the flattened input with linear indices index * stride(dim) + (the other coordinates)."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    x, index = tensor(x), _index_value(imp, index)
+    if index is None:
+        raise Untranslatable("gather index is not a tensor")
+    xs, ishape = list(imp.shape_of(x)), list(imp.shape_of(index))
+    r = rank(x)
+    if len(ishape) != r:
+        raise Untranslatable("gather index of another rank")
+    axis = norm_axis(dim, r)
+    strides = [int(np.prod(xs[j + 1:])) for j in range(r)]
+    # the linear offset of every index position along the other axes (a constant of the shapes)
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in ishape], indexing="ij")
+    base = sum(grids[j] * strides[j] for j in range(r) if j != axis) if r > 1 else np.zeros(ishape, np.int64)
+    idx = index if index.dtype == "int64" else imp.op("Cast", index, to="int64")
+    idx = _wrap(imp, idx, xs[axis])
+    linear = imp.op("Add", imp.op("Mul", idx, imp.const(np.asarray(strides[axis], np.int64))),
+                    imp.const(np.asarray(base, np.int64)))
+    flat = imp.op("Reshape", x, imp.ints([-1]))
+    return imp.op("Gather", flat, linear, axis=0)
+
+
+@FUNCTIONS.register(torch.cumsum)
+@METHODS.register("cumsum")
+def _cumsum(imp, x, dim, *, dtype=None, out=None):
+    """Cumulative sum along `dim` as a masked sum: y[..., i] = sum_j x[..., j] * (j <= i) (static length).
+    Integers only (position ids from an attention mask): exact there, while for floats it would sum in
+    another order than torch's running sum, so a float cumsum stays opaque."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    x = tensor(x)
+    if x.dtype is None or np.dtype(x.dtype).kind not in "biu" or (dtype is not None and dtype.is_floating_point):
+        raise Untranslatable("cumsum of floats (a masked sum would change the summation order)")
+    r = rank(x)
+    axis = norm_axis(dim, r)
+    n = imp.shape_of(x)[axis]
+    if dtype is not None:
+        x = imp.op("Cast", x, to=str(dtype).replace("torch.", ""))
+    elif x.dtype in ("bool", "int8", "int16", "int32", "uint8"):
+        x = imp.op("Cast", x, to="int64")  # torch sums integers as int64
+    last = x if axis == r - 1 else imp.op("Transpose", x, perm=[j for j in range(r) if j != axis] + [axis])
+    tri = np.tril(np.ones((n, n), dtype=np.dtype(last.dtype)))  # row i: the j <= i taken into y[i]
+    y = imp.op("ReduceSum", imp.op("Mul", imp.op("Unsqueeze", last, imp.ints([r - 1])), imp.const(tri)),
+               imp.ints([-1]), keepdims=0)
+    if axis != r - 1:
+        perm = list(range(r - 1))
+        perm.insert(axis, r - 1)
+        y = imp.op("Transpose", y, perm=perm)
+    return y
+
+
+@FUNCTIONS.register("torchvision.ops.stochastic_depth.stochastic_depth")
+def _stochastic_depth(imp, x, p, mode, training=True):
+    """torchvision.ops.stochastic_depth: the identity in eval mode (or p == 0); a random mask in training."""
+    x = tensor(x)
+    if not training or p == 0.0:
+        return imp.op("Identity", x)
+    raise Untranslatable("stochastic_depth in training draws a random mask")
+
