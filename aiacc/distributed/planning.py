@@ -144,16 +144,20 @@ def measure_contention(numel: int, alone_s: float, reps: int = 3) -> tuple[float
 
 
 def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan = "aiacc", *,
-             compression: str = "none", model_spec: ModelSpec | None = None) -> tuple[Plan, list[int], ModelSpec]:
+             compression: str = "none", model_spec: ModelSpec | None = None,
+             sync: str = "step") -> tuple[Plan, list[int], ModelSpec]:
     """A plan for these (name, shape, dtype) parameters (forward order) and its issue order.
 
     Rank 0 plans (on `model_spec`, by default sizes with a nominal compute time, and the calibrated
-    cluster) and sends the plan to the others: all ranks must run the same collectives."""
+    cluster, for an executor that waits per `sync`: "step" or "layer") and sends the plan to the others: all ranks must run the same collectives."""
     spec = model_spec or gradient_specs_from_params(params, name="model", forward_s=1e-3)
     cluster = calibrate() if dist.is_initialized() else ClusterSpec(1, 1, 1e9)
     chosen = None
     if not dist.is_initialized() or dist.get_rank() == 0:
-        p = make_plan(plan, spec, cluster, compression=compression) if isinstance(plan, str) else plan
+        # sync "step": the executor waits for every bucket before the update (synchronize); "layer": each
+        # layer's update waits for its own buckets in the next forward (torch's forward_module)
+        extra = {"sync": sync} if plan == "aiacc" else {}
+        p = make_plan(plan, spec, cluster, compression=compression, **extra) if isinstance(plan, str) else plan
         p.validate(spec)
         chosen = (p, simulate(spec, cluster, p, validate=False).issue_order)
     if dist.is_initialized() and dist.get_world_size() > 1:

@@ -11,7 +11,9 @@ aiacc           aiacc's plan: for several partition sizes, bucket boundaries cho
                 programming over the gradient order (minimising when each prefix of the gradients has
                 been all-reduced), scheduled FIFO or by priority; every candidate, and the plans of
                 the strategies above, is run through the simulator and the fastest one is kept, then
-                improved by hill-climbing (merge neighbours, cut a bucket, shift a boundary).
+                improved by hill-climbing (merge neighbours, cut a bucket, shift a boundary). Plans are judged by
+    the simulator with the contention of `cluster` and the executor's `sync` ("step": the next forward
+    waits for every bucket, as after a global synchronize; "layer": per layer).
 """
 from __future__ import annotations
 
@@ -141,7 +143,8 @@ def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None =
 
 
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
-                 cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40) -> tuple[Plan, SimResult, list[SimResult]]:
+                 cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40,
+                 sync: str = "layer") -> tuple[Plan, SimResult, list[SimResult]]:
     """aiacc's planner: simulate every candidate plan and keep the fastest.
 
     Candidates: dynamic-programming buckets (unbounded, and capped at sizes around the point where a
@@ -170,9 +173,9 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
             if name != "aiacc":
                 p = make(model, cluster, compression=compression)
                 candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": name, **p.params}))
-    results = [simulate(model, cluster, p, cost, validate=False) for p in candidates]
+    results = [simulate(model, cluster, p, cost, validate=False, sync=sync) for p in candidates]
     k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
-    best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds)
+    best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds, sync=sync)
     return best, best_res, results + [best_res]
 
 
@@ -222,7 +225,7 @@ def _moves(b: list[Bucket], layer_of: dict[str, int]):
 
 
 def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult, cost: CostModel,
-           rounds: int = 40) -> tuple[Plan, SimResult]:
+           rounds: int = 40, sync: str = "layer") -> tuple[Plan, SimResult]:
     """Hill-climb on the simulated iteration time: take the best neighbouring plan (`_moves`) while it
     helps, at most `rounds` times."""
     layer_of = {g.name: i for i, l in enumerate(model.layers) for g in l.grads}
@@ -230,7 +233,7 @@ def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult
         best = None
         for m in _moves(list(plan.buckets), layer_of):
             cand = Plan(plan.strategy, tuple(m), plan.scheduling, plan.compression, plan.notes, plan.params)
-            r = simulate(model, cluster, cand, cost, validate=False)
+            r = simulate(model, cluster, cand, cost, validate=False, sync=sync)
             if r.iteration_s < (best[1].iteration_s if best else result.iteration_s) - 1e-9:
                 best = (cand, r)
         if best is None:
@@ -239,8 +242,9 @@ def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult
     return plan, result
 
 
-def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none") -> Plan:
-    return aiacc_search(model, cluster, compression=compression)[0]
+def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none", sync: str = "layer") -> Plan:
+    """aiacc's plan (`aiacc_search`) for an executor whose next forward waits per layer or per step."""
+    return aiacc_search(model, cluster, compression=compression, sync=sync)[0]
 
 
 STRATEGIES: dict[str, Callable[..., Plan]] = {
