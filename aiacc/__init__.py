@@ -44,3 +44,13 @@ def export(graph: Any, framework: str, **options: Any):
     from aiacc.plugins import get_plugin
 
     return get_plugin(framework).export(graph, **options)
+
+
+def view(model_or_graph: Any, example_inputs: Any = None, optimize: bool = False, output: Any = "report.html",
+         **options: Any):
+    """Write a self-contained HTML view of a model (graph, passes, memory plan, communication) and return
+    its path; see aiacc.view.view for the options. (Once the subpackage aiacc.view is imported this name is
+    that module, which is callable the same way.)"""
+    from aiacc.view import view as _view
+
+    return _view(model_or_graph, example_inputs, optimize, output, **options)

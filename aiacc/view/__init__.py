@@ -12,6 +12,8 @@ timeline are SVG drawn here from the numbers. Nothing on the page is fetched: it
 from __future__ import annotations
 
 import os
+import sys
+import types
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -97,3 +99,13 @@ def write_svg(graph, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.write_text('<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n' + drawn.svg, encoding="utf-8")
     return path
+
+
+class _CallableModule(types.ModuleType):
+    """`aiacc.view(...)` keeps working once importing this subpackage has made `aiacc.view` the module."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Path:
+        return view(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

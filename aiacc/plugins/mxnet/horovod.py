@@ -20,12 +20,13 @@ from aiacc.core.comm import CommError, Plan
 from aiacc.distributed.compression import Average, Compression, Sum, check as _check_compression
 from aiacc.distributed.compression import is_average as _average
 from aiacc.distributed.process import barrier, init, local_rank, local_size, rank, require, shutdown, size
+from aiacc.distributed.timeline import start_timeline, stop_timeline  # noqa: F401  (hvd.start_timeline)
 from aiacc.plugins.mxnet._import import import_mxnet
 
 mx = import_mxnet()
 
 __all__ = ["Average", "Compression", "DistributedTrainer", "Sum", "allreduce", "barrier", "broadcast_parameters",
-           "init", "local_rank", "local_size", "rank", "shutdown", "size"]
+           "init", "local_rank", "local_size", "rank", "shutdown", "size", "start_timeline", "stop_timeline"]
 
 # torch (the transport) is imported only where a function communicates: `import aiacc.plugins.mxnet.horovod`
 # does not need torch

@@ -27,10 +27,11 @@ from aiacc.distributed import optimizer as _optimizer
 from aiacc.distributed.compression import Average, Compression, Sum, check as _check_compression
 from aiacc.distributed.compression import is_average as _average
 from aiacc.distributed.process import barrier, init, local_rank, local_size, rank, require, shutdown, size
+from aiacc.distributed.timeline import start_timeline, stop_timeline  # noqa: F401  (hvd.start_timeline)
 
 __all__ = ["Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "Sum", "allreduce",
            "barrier", "broadcast", "broadcast_variables", "init", "local_rank", "local_size", "rank",
-           "shutdown", "size"]
+           "shutdown", "size", "start_timeline", "stop_timeline"]
 
 # torch (the transport) is imported only where a function communicates: `import aiacc.plugins.tf.horovod`
 # does not need torch

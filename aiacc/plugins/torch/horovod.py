@@ -21,11 +21,13 @@ from aiacc.distributed.compression import Average, Compression, Sum, check as _c
 from aiacc.distributed.compression import is_average as _average
 from aiacc.distributed.process import (barrier, collective, init, local_rank, local_size, rank, require,
                                        shutdown, size)
+from aiacc.distributed.timeline import start_timeline, stop_timeline  # noqa: F401  (hvd.start_timeline)
 from aiacc.plugins.torch.distributed import GradientScheduler
 
 __all__ = ["Average", "Compression", "DistributedOptimizer", "Sum", "allgather", "allreduce", "allreduce_",
            "barrier", "broadcast", "broadcast_", "broadcast_object", "broadcast_optimizer_state",
-           "broadcast_parameters", "init", "local_rank", "local_size", "rank", "shutdown", "size"]
+           "broadcast_parameters", "init", "local_rank", "local_size", "rank", "shutdown", "size", "start_timeline",
+           "stop_timeline"]
 
 
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -108,7 +110,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
 
 
 class _DistributedOptimizer:
-    """Mixed into the user's optimizer class: step() first waits for the gradients' all-reduces."""
+    """Mixed into the user's optimizer class: step() first waits for the gradients' all-reduces (or, with
+    `forward_module`, leaves each layer's update to the forward pre-hook of that layer)."""
 
     def synchronize(self) -> None:
         """Wait for this step's all-reduces (called by step(); call it yourself to clip gradients)."""
@@ -129,12 +132,58 @@ class _DistributedOptimizer:
         return _Skip()
 
     def step(self, closure=None):
+        sched = self._aiacc_scheduler
+        if self._aiacc_deferred and not self._aiacc_skip and not self._aiacc_synchronized:
+            if closure is not None:
+                raise CommError("DistributedOptimizer(forward_module=...) defers the update to the next forward "
+                                "and cannot take a closure; call synchronize() first, or drop forward_module")
+            # the update of each layer happens in the next forward, once its buckets are reduced, with the
+            # hyper-parameters of now (an LR scheduler stepping after step() must not change this update)
+            self._aiacc_hyper = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+            self._aiacc_zero = None
+            sched.defer()
+            return None
         if not self._aiacc_skip and not self._aiacc_synchronized:
             self.synchronize()
         self._aiacc_synchronized = False
         return super(self.__class__, self).step(closure)
 
+    def _aiacc_update(self, names: list[str]) -> None:
+        """The deferred update of just these parameters: the wrapped optimizer's step() with every other
+        gradient hidden (torch optimizers skip parameters without a gradient)."""
+        chosen = {id(self._aiacc_scheduler.by_name[n]) for n in names}
+        hidden, saved = [], []
+        for g, hyper in zip(self.param_groups, self._aiacc_hyper):
+            saved.append({k: g[k] for k in hyper})
+            g.update(hyper)
+            for p in g["params"]:
+                if id(p) not in chosen and p.grad is not None:
+                    hidden.append((p, p.grad))
+                    p.grad = None
+        try:
+            super(self.__class__, self).step()
+        finally:
+            for p, grad in hidden:
+                p.grad = grad
+            for g, old in zip(self.param_groups, saved):
+                g.update(old)
+        if self._aiacc_zero is not None:  # zero_grad() was called while this update was pending
+            for n in names:
+                p = self._aiacc_scheduler.by_name[n]
+                if self._aiacc_zero:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+    def finish_step(self) -> None:
+        """Apply every deferred update now (forward_module mode): before evaluating, saving or reading the
+        parameters outside the model's forward. A no-op otherwise."""
+        self._aiacc_scheduler.flush()
+
     def zero_grad(self, set_to_none: bool = True):
+        if self._aiacc_scheduler.pending:  # the deferred updates still need their gradients
+            self._aiacc_zero = set_to_none
+            return None
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
 
     @property
@@ -145,11 +194,18 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Iterable | None = None,
                          compression: str = Compression.none, backward_passes_per_step: int = 1,
-                         op: str = Average, plan: str | Plan = "aiacc", model_spec=None) -> torch.optim.Optimizer:
+                         op: str = Average, plan: str | Plan = "aiacc", model_spec=None,
+                         forward_module: torch.nn.Module | None = None) -> torch.optim.Optimizer:
     """Wrap `optimizer` so gradients are all-reduced during backward (aiacc plan, overlapped) before step().
 
     The result is an instance of a subclass of the optimizer's class sharing its state. `plan` picks the
     strategy ("aiacc" by default; "ddp", "horovod", "bytescheduler", "per-tensor", or a Plan).
+
+    forward_module: the model (an aiacc extension, not in Horovod). Communication then also overlaps the
+    next forward: step() does not wait; each layer's update runs in a forward pre-hook of that layer once
+    the buckets holding its parameters are reduced (the update still sees reduced gradients, with the
+    hyper-parameters of the step() call). Parameters read outside their layer's forward (evaluation,
+    saving) need `optimizer.finish_step()` first.
     """
     require()
     if named_parameters is None:
@@ -164,9 +220,14 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
             raise CommError(f"named_parameters misses {len(missing)} of the optimizer's parameters; "
                             f"pass model.named_parameters() of the model the optimizer trains")
         named = [(n, p) for n, p in named if id(p) in in_opt]
-    return _optimizer.wrap(optimizer, _DistributedOptimizer,
-                           _aiacc_scheduler=GradientScheduler(named, plan=plan, compression=compression,
-                                                              average=_average(None, op),
-                                                              backward_passes_per_step=backward_passes_per_step,
-                                                              model_spec=model_spec),
-                           _aiacc_skip=False, _aiacc_synchronized=False)
+    wrapped = _optimizer.wrap(optimizer, _DistributedOptimizer,
+                              _aiacc_scheduler=GradientScheduler(named, plan=plan, compression=compression,
+                                                                 average=_average(None, op),
+                                                                 backward_passes_per_step=backward_passes_per_step,
+                                                                 model_spec=model_spec,
+                                                                 sync="step" if forward_module is None else "layer"),
+                              _aiacc_skip=False, _aiacc_synchronized=False, _aiacc_deferred=forward_module is not None,
+                              _aiacc_hyper=None, _aiacc_zero=None)
+    if forward_module is not None:
+        wrapped._aiacc_scheduler.attach_forward(forward_module, wrapped._aiacc_update)
+    return wrapped
