@@ -54,6 +54,18 @@ class Plugin:
     install_hint = ""  # how to install the framework ("pip install 'aiacc[torch]'")
     rtol = 1e-4
     atol = 1e-5
+    modes: tuple[str, ...] = ("inference",)  # the optimize modes the plugin has ("train" where it trains)
+
+    def check_mode(self, mode: Any) -> str:
+        """`mode` in its one spelling ("inference" or "train"; "training" accepted); an aiacc
+        error listing the accepted names when it is unknown, naming the framework when it lacks it."""
+        from aiacc.core.passes.manager import normalize_mode
+
+        m = normalize_mode("inference" if mode is None else mode)
+        if m not in self.modes:
+            raise UnsupportedError(f"the {self.title} plugin has no mode={m!r} (it supports: "
+                                   f"{', '.join(repr(x) for x in self.modes)})")
+        return m
 
     # ------------------------------------------------------------------------------------------ the protocol
     def detect(self, model: Any) -> bool:
@@ -91,6 +103,11 @@ class Plugin:
         arrays, without side effects on the model (only original-vs-optimized comparisons use this)."""
         raise NotImplementedError
 
+    def output_names(self, model: Any) -> list[str] | None:
+        """The names a model of this framework gives its outputs (Caffe blobs, ...), in `run`'s order, or
+        None where outputs have no names; verification compares them as well as the values."""
+        return None
+
     def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
         """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
         outputs as numpy arrays, for timing; plugins convert the inputs to framework tensors once here."""
@@ -107,6 +124,8 @@ class Plugin:
                  **options: Any) -> Any:
         """trace -> core passes -> export -> (verify against the original on the example inputs). The
         result carries the pass report as `aiacc_report` where the object accepts the attribute."""
+        if "mode" in options:
+            options["mode"] = self.check_mode(options["mode"])
         graph = self.trace(model, example_inputs, **options)
         report = None
         if level > 0 or passes:
@@ -119,6 +138,10 @@ class Plugin:
         if verify and example_inputs is not None:
             problem = compare_outputs(self.run(model, example_inputs), self.run(out, example_inputs),
                                       self.rtol, self.atol)
+            names, new_names = self.output_names(model), self.output_names(out)
+            if not problem and names is not None and new_names != names:
+                raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): the outputs are named "
+                                        f"{new_names}, the original's {names}")
             if problem:
                 culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")

@@ -27,15 +27,54 @@ from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph, Node
 from aiacc.errors import AiaccError, GraphError, KernelError, VerificationError
 
-MODES = ("inference", "training")
+# The modes, in their one spelling; ALIASES are accepted everywhere a mode is (plugins, passes, rules).
+MODES = ("inference", "train")
+ALIASES = {"training": "train"}
+
+# Why a pass that runs in inference only is left out of a training pipeline (the report says it).
+TRAIN_SKIPS = {
+    "batchnorm_folding": "folds BatchNorm's moving statistics into the weights: training normalizes with the "
+                         "batch's statistics and updates the moving ones",
+    "batchnorm_decomposition": "turns BatchNorm into a constant scale and shift: training BatchNorm uses batch "
+                               "statistics",
+    "affine_folding": "folds per-channel scales into weight constants: the weights are trained parameters, "
+                      "not constants",
+    "pad_folding": "rewrites Transpose/Pad chains for inference layouts only",
+    "transpose_propagation": "moves Transposes through ops whose backward the training exporter does not "
+                             "re-derive",
+    "elementwise_fusion": "its numba kernels have no backward (the framework's compiler fuses elementwise "
+                          "chains in training)",
+    "canonicalize": "its rules fold constants and BatchNorm for inference",
+}
+
+
+def normalize_mode(mode: str | None) -> str:
+    """The mode in its one spelling: "inference" or "train" ("training" accepted as an alias).
+    Anything else is an AiaccError listing the accepted names."""
+    m = ALIASES.get(mode, mode) if isinstance(mode, str) else mode
+    if m not in MODES:
+        accepted = ", ".join(repr(x) for x in MODES + tuple(ALIASES))
+        raise AiaccError(f"unknown mode {mode!r} (accepted: {accepted})")
+    return m
+
+
+def _said(mode: str) -> str:
+    """The mode as a sentence says it ("training mode")."""
+    return "training" if mode == "train" else mode
+
+
+def skip_reason(p: "Pass", mode: str) -> str:
+    """Why pass `p` does not run in `mode` (for the report)."""
+    if mode == "train" and p.name in TRAIN_SKIPS:
+        return TRAIN_SKIPS[p.name]
+    return f"runs in {', '.join(p.modes)} mode only"
 
 
 class PassContext:
     """What a running pass may consult and record: the mode, the level and free-form counters."""
 
     def __init__(self, mode: str = "inference", level: int = 2):
-        if mode not in MODES:
-            raise AiaccError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        mode = normalize_mode(mode)
         self.mode = mode
         self.level = level
         self.counters: dict[str, int] = {}
@@ -64,7 +103,8 @@ class Pass:
         raise NotImplementedError
 
     def applies(self, mode: str) -> bool:
-        return mode in self.modes
+        """True when the pass runs in `mode` (any accepted spelling)."""
+        return normalize_mode(mode) in {normalize_mode(m) for m in self.modes}
 
     @property
     def doc(self) -> str:
@@ -164,6 +204,7 @@ def pipeline(level: int = 2, mode: str = "inference") -> list[Pass]:
     """The passes a level runs, in order (passes that do not apply to `mode` left out)."""
     if not 0 <= level <= 3:
         raise AiaccError(f"optimization level must be 0..3, got {level}")
+    mode = normalize_mode(mode)
     _load_builtin_passes()
     out = []
     for n in PIPELINE:
@@ -171,6 +212,13 @@ def pipeline(level: int = 2, mode: str = "inference") -> list[Pass]:
         if p is not None and p.level <= level and p.applies(mode) and not (out and out[-1] is p):
             out.append(p)
     return out
+
+
+def skipped_passes(level: int = 2, mode: str = "inference") -> dict[str, str]:
+    """{name: why} of the passes a level would run in inference that `mode` leaves out."""
+    mode = normalize_mode(mode)
+    kept = {p.name for p in pipeline(level, mode)}
+    return {p.name: skip_reason(p, mode) for p in pipeline(level, "inference") if p.name not in kept}
 
 
 def passes_by_level(mode: str = "inference") -> dict[int, list[str]]:
@@ -232,6 +280,7 @@ class PassReport:
     const_bytes_after: int = 0
     ops_before: dict[str, int] = field(default_factory=dict)
     ops_after: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # pass name -> why this mode leaves it out
 
     def __getitem__(self, name: str) -> PassRecord:
         """The (first) record of the pass called `name`."""
@@ -255,6 +304,7 @@ class PassReport:
             "const_bytes_after": self.const_bytes_after, "ops_before": dict(self.ops_before),
             "ops_after": dict(self.ops_after), "seconds": self.seconds,
             "passes": [r.as_dict() for r in self.records],
+            **({"skipped": dict(self.skipped)} if self.skipped else {}),
         }
 
     def table(self):
@@ -271,6 +321,9 @@ class PassReport:
                             + [f"+{k}x{v}" for k, v in r.ops_added.items()])
             t.add_row(r.name, str(r.rewrites), str(r.removed), str(r.added), str(r.fused),
                       _bytes(r.const_bytes_saved), f"{r.seconds * 1e3:.1f}", ops)
+        if self.skipped:
+            t.caption = "skipped in " + _said(self.mode) + " mode: " + "; ".join(f"{k} ({v})"
+                                                                       for k, v in self.skipped.items())
         return t
 
     def __str__(self) -> str:
@@ -360,7 +413,7 @@ class PassManager:
                  feeds: Mapping[str, np.ndarray] | None = None, rtol: float = 1e-4, atol: float = 1e-5):
         self.passes = passes
         self.level = level
-        self.mode = mode
+        self.mode = normalize_mode(mode)
         self.debug = debug
         self.feeds = feeds
         self.rtol, self.atol = rtol, atol
@@ -441,10 +494,10 @@ def run_passes(graph: Graph, *, level: int = 2, passes: Any = None, disable: Any
     order, instead of the level's pipeline; disable: names to skip; debug: after every pass verify the graph
     and compare the reference executor's outputs with the input graph's on `feeds` (random inputs from the
     input types when None), raising VerificationError naming the pass that broke them; mode: "inference" or
-    "training" (training keeps Dropout, training-mode BatchNorm and anything the backward pass needs).
+    "train" (alias "training"; training keeps Dropout, training-mode BatchNorm, parameters as inputs and
+    anything the backward pass needs; the report's `skipped` says which passes the mode left out and why).
     """
-    if mode not in MODES:
-        raise AiaccError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+    mode = normalize_mode(mode)
     skip = set(_names(disable))
     _load_builtin_passes()
     for n in skip:
@@ -455,9 +508,13 @@ def run_passes(graph: Graph, *, level: int = 2, passes: Any = None, disable: Any
         for item in (passes if not isinstance(passes, str) else _names(passes)):
             p = item if isinstance(item, Pass) else get_pass(str(item))
             if not p.applies(mode):
-                raise AiaccError(f"pass {p.name} does not apply in {mode} mode (it runs in: {', '.join(p.modes)})")
+                raise AiaccError(f"pass {p.name} does not apply in {_said(mode)} mode (it runs in: "
+                                 f"{', '.join(p.modes)})")
             if p.name not in skip:
                 chosen.append(p)
     else:
         chosen = [p for p in pipeline(level, mode) if p.name not in skip]
-    return PassManager(chosen, level=level, mode=mode, debug=debug, feeds=feeds).run(graph)
+    report = PassManager(chosen, level=level, mode=mode, debug=debug, feeds=feeds).run(graph)
+    if not passes:
+        report.skipped = {k: v for k, v in skipped_passes(level, mode).items() if k not in skip}
+    return report

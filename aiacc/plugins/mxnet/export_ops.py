@@ -143,9 +143,19 @@ def _deconv(em: Emitter, node: Node) -> Ref:
 
 @lowerings.register("BatchNormalization")
 def _bn(em: Emitter, node: Node) -> Ref:
-    if node.attr("training_mode", 0):
-        raise UnsupportedError(f"node {node.name} (BatchNormalization): training mode has no MXNet inference form")
     x, scale, bias, mean, var = node.inputs[:5]
+    if node.attr("training_mode", 0):
+        # MXNet's BatchNorm uses batch statistics under autograd.record(train_mode=True) and updates the
+        # moving mean/var aux states in place: the IR's new-statistics outputs must have no other reader
+        if any(v.uses or v.is_graph_output for v in node.outputs[1:]) or \
+                any(v.const is not None for v in (mean, var)):
+            raise UnsupportedError(f"node {node.name} (BatchNormalization): training mode lowers to MXNet only "
+                                   f"on variable moving statistics updated in place")
+        y = em.op("BatchNorm", node.name, [em.ref(x), em.ref(scale), em.ref(bias), em.ref(mean, aux=True),
+                                           em.ref(var, aux=True)],
+                  eps=float(node.attr("epsilon", 1e-5)), momentum=float(node.attr("momentum", 0.9)),
+                  fix_gamma=False, use_global_stats=False, axis=1)
+        return [y, None, None]
     return em.op("BatchNorm", node.name, [em.ref(x), em.ref(scale), em.ref(bias), em.ref(mean, aux=True),
                                           em.ref(var, aux=True)],
                  eps=float(node.attr("epsilon", 1e-5)), momentum=float(node.attr("momentum", 0.9)),

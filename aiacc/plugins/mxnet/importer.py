@@ -54,6 +54,8 @@ class Ctx:
         self.g = graph
         self.node = node
         self.inputs = inputs
+        # mode="train": BatchNorm on batch statistics, Dropout kept (MXNet decides at run time, by autograd)
+        self.training = graph.meta.get("mxnet.mode") == "train"
 
     # attribute shorthands
     def int(self, key, default=None):
@@ -120,15 +122,19 @@ class Ctx:
 # -- the importer -----------------------------------------------------------------------------------
 
 def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: Mapping[str, TensorType],
-                  name: str = "mxnet", opaque_backend: Any = None) -> Graph:
+                  name: str = "mxnet", opaque_backend: Any = None, training: bool = False) -> Graph:
     """Translate a parsed symbol into an IR graph.
 
     params: every argument and auxiliary parameter by name (numpy arrays); input_types: the model inputs
     (the variables that are not parameters). opaque_backend: an object with `infer(mxnode, input_types)`
     and `kernel(mxnode)` used for opaque nodes (the MXNet runtime; see aiacc.plugins.mxnet.mxrun).
     A variable that is neither a parameter nor an input is a missing parameter: UnsupportedError names it.
+    training: training semantics (graph.meta["mxnet.mode"] = "train"); the caller passes the parameters as
+    inputs then, so they stay variables.
     """
     g = Graph(name)
+    if training:
+        g.meta["mxnet.mode"] = "train"
     env: dict[tuple[int, int], Value] = {}
     consumers: dict[int, list[MxNode]] = {}
     for n in sym.nodes:

@@ -184,6 +184,7 @@ class MXNetPlugin(Plugin):
     name = "mxnet"
     title = "MXNet"
     install_hint = "pip install 'aiacc[mxnet]'"
+    modes = ("inference", "train")
 
     def detect(self, model: Any) -> bool:
         """A Gluon Block, an MXNet Symbol or a (Symbol, arg_params, aux_params) triple."""
@@ -197,9 +198,15 @@ class MXNetPlugin(Plugin):
     def trace(self, model: Any, example_inputs: Any = None, *, input_shapes: Mapping[str, Sequence] | None = None,
               mode: str = "inference", **options: Any) -> Graph:
         """Translate a Gluon HybridBlock, a (Symbol, arg_params, aux_params) triple, a Symbol or a
-        -symbol.json path into an IR graph with ONNX semantics (inference mode)."""
-        if mode != "inference":
-            raise UnsupportedError(f"the MXNet plugin translates inference graphs; mode={mode!r} is not supported")
+        -symbol.json path into an IR graph with ONNX semantics (inference mode); mode="train" (alias
+        "training"): a HybridBlock in training semantics, its Parameters as graph inputs."""
+        if self.check_mode(mode) == "train":
+            if options.get("memory_budget") is not None:
+                raise UnsupportedError("memory_budget with mode='train' is not implemented for MXNet (it has no "
+                                       "recomputation mechanism aiacc drives; the torch plugin plans one)")
+            from aiacc.plugins.mxnet.training import trace_training
+
+            return trace_training(model, example_inputs, options.get("name"))
         from aiacc.plugins.mxnet.importer import import_symbol
         from aiacc.plugins.mxnet.mxrun import check_params
         from aiacc.plugins.mxnet.opaque import SymbolOpaqueBackend
@@ -221,6 +228,10 @@ class MXNetPlugin(Plugin):
         from aiacc.plugins.mxnet.exporter import export_symbol
         from aiacc.plugins.mxnet.native import native_block
 
+        if graph.meta.get("mxnet.mode") == "train":
+            from aiacc.plugins.mxnet.training import export_training
+
+            return export_training(graph, original)
         sym, args, aux = export_symbol(graph)
         # MXNet's fastest CachedOp mode, partitioned into MKLDNN's fused ops where the build has them;
         # export() still writes the plain symbol (see aiacc.plugins.mxnet.native)
@@ -234,9 +245,31 @@ class MXNetPlugin(Plugin):
     def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
                            **options: Any) -> Any:
         """A Gluon block running the graph in onnxruntime."""
+        if graph.meta.get("mxnet.mode") == "train":
+            raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
         from aiacc.plugins.mxnet.ort import OrtBlock
 
         return OrtBlock(graph, providers=providers)
+
+    def optimize(self, model: Any, example_inputs: Any = None, **options: Any) -> Any:
+        """aiacc.optimize for MXNet; with mode="train" the block is also verified in training semantics (one
+        forward under autograd.record on both blocks, the Parameters restored after each)."""
+        mode = self.check_mode(options.get("mode"))
+        if mode == "train" and options.get("memory_budget") is not None:
+            raise UnsupportedError("memory_budget with mode='train' is not implemented for MXNet (it has no "
+                                   "recomputation mechanism aiacc drives; the torch plugin plans one)")
+        options.pop("memory_budget", None)
+        out = super().optimize(model, example_inputs, **options)
+        if mode == "train" and options.get("verify", True) and example_inputs is not None:
+            from aiacc.core.compare import compare_outputs
+            from aiacc.errors import VerificationError
+            from aiacc.plugins.mxnet.training import run_recorded
+
+            problem = compare_outputs(run_recorded(model, example_inputs), run_recorded(out, example_inputs),
+                                      self.rtol, self.atol)
+            if problem:
+                raise VerificationError(f"aiacc.optimize (mxnet, mode='train'): training forward differs: {problem}")
+        return out
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         mx = import_mxnet()

@@ -252,9 +252,42 @@ def _conv_weight(ex, node, w_v):
     return w
 
 
-def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
-    """A 2-D ONNX Conv on the NHWC tensor of x_v: Conv2D / DepthwiseConv2dNative (+ BiasAdd)."""
+class FilterTensor:
+    """A Conv weight that is not a constant (a trained variable in mode="train"): the HWIO tensor TF's
+    Conv2D takes, with the IR weight's OIHW shape."""
+
+    def __init__(self, hwio, shape):
+        self.hwio, self.shape, self.ndim = hwio, tuple(shape), len(shape)
+
+
+def _conv_filter(ex, node, w_v):
+    """The Conv weight: a numpy constant, or (a tensor: training) a FilterTensor. A weight the importer
+    transposed HWIO -> OIHW is read before that Transpose, so no transpose pair reaches TF."""
+    w = ex.const(w_v)
+    if w is not None:
+        return w
+    if w_v.shape is None or len(w_v.shape) != 4 or not all(isinstance(d, int) for d in w_v.shape):
+        raise UnsupportedError(f"node {node.name} (Conv): a non-constant weight needs a static 4-D shape")
+    p = w_v.producer
+    if p is not None and p.op == "Transpose" and [int(i) for i in p.attr("perm")] == [3, 2, 0, 1]:
+        return FilterTensor(ex.std(p.inputs[0]), w_v.shape)
+    return FilterTensor(tf().transpose(ex.std(w_v), (2, 3, 1, 0)), w_v.shape)
+
+
+def _conv_bias(ex, node, b_v):
+    """The Conv bias: None, a numpy constant or (training: a variable) a tensor."""
+    if b_v is None:
+        return None
+    bias = ex.const(b_v)
+    return bias if bias is not None else ex.std(b_v)
+
+
+def conv2d_nhwc(ex: Emitter, node, x_v, w, bias):
+    """A 2-D ONNX Conv on the NHWC tensor of x_v: Conv2D / DepthwiseConv2dNative (+ BiasAdd). `w` is the
+    OIHW numpy weight or a FilterTensor (then only group 1); `bias` numpy, a tensor or None."""
     tfm = tf()
+    if isinstance(w, FilterTensor) and int(node.attr("group") or 1) != 1:
+        raise UnsupportedError(f"node {node.name} (Conv): a non-constant weight lowers for group=1 only")
     if w.ndim != 4:
         raise UnsupportedError(f"node {node.name} (Conv): only 2-D convolutions lower to TF, weight is {w.shape}")
     o, i_g, kh, kw = w.shape
@@ -269,7 +302,8 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
         padding = "EXPLICIT"
     st, dl = [1, strides[0], strides[1], 1], [1, dilations[0], dilations[1], 1]
     if group == 1:
-        filt = tfm.constant(np.ascontiguousarray(w.transpose(2, 3, 1, 0)))  # OIHW -> HWIO
+        filt = w.hwio if isinstance(w, FilterTensor) else \
+            tfm.constant(np.ascontiguousarray(w.transpose(2, 3, 1, 0)))  # OIHW -> HWIO
         y = tfm.raw_ops.Conv2D(input=x, filter=filt, strides=st, padding=padding, explicit_paddings=explicit,
                                data_format="NHWC", dilations=dl)
     elif i_g == 1 and o % group == 0 and strides[0] == strides[1]:
@@ -292,8 +326,10 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
         y = tfm.concat([tfm.raw_ops.Conv2D(input=xi, filter=tfm.constant(np.ascontiguousarray(wi.transpose(2, 3, 1, 0))),
                                            strides=st, padding=padding, explicit_paddings=explicit,
                                            data_format="NHWC", dilations=dl) for xi, wi in zip(xs, ws)], axis=3)
-    if bias is not None:
-        y = tfm.nn.bias_add(y, tfm.constant(bias.astype(w.dtype)))
+    if isinstance(bias, np.ndarray):
+        y = tfm.nn.bias_add(y, tfm.constant(bias.astype(y.dtype.as_numpy_dtype)))
+    elif bias is not None:
+        y = tfm.nn.bias_add(y, bias)
     return y
 
 
@@ -301,13 +337,7 @@ def conv2d_nhwc(ex: Emitter, node, x_v, w: np.ndarray, bias: np.ndarray | None):
 def _conv(ex, node):
     x_v, w_v = node.inputs[0], node.inputs[1]
     b_v = node.inputs[2] if len(node.inputs) > 2 else None
-    w = _conv_weight(ex, node, w_v)
-    bias = None
-    if b_v is not None:
-        bias = ex.const(b_v)
-        if bias is None:
-            raise UnsupportedError(f"node {node.name} (Conv): the TF exporter needs a constant bias")
-    y = conv2d_nhwc(ex, node, x_v, w, bias)
+    y = conv2d_nhwc(ex, node, x_v, _conv_filter(ex, node, w_v), _conv_bias(ex, node, b_v))
     ex.set(node.outputs[0], y, True)
 
 
@@ -793,11 +823,7 @@ def _fused_conv(ex, node):
     tfm = tf()
     ins = list(node.inputs) + [None] * 4
     x_v, w_v, b_v, r_v = ins[:4]
-    w = _conv_weight(ex, node, w_v)
-    bias = ex.const(b_v) if b_v is not None else None
-    if b_v is not None and bias is None:
-        raise UnsupportedError(f"node {node.name} (aiacc::FusedConv): the TF exporter needs a constant bias")
-    y = conv2d_nhwc(ex, node, x_v, w, bias)
+    y = conv2d_nhwc(ex, node, x_v, _conv_filter(ex, node, w_v), _conv_bias(ex, node, b_v))
     if r_v is not None:
         c = ex.const(r_v)
         y = tfm.math.add(y, tfm.constant(const_to_nhwc(c)) if c is not None else ex.nhwc(r_v))

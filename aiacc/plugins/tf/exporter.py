@@ -40,10 +40,11 @@ def has_emitter(node: Node) -> bool:
 
 # ------------------------------------------------------------------------------------------ entry point
 def input_specs(graph: Graph) -> list:
-    """The tf.TensorSpec of each graph input: the original signature when the graph came from TF."""
+    """The tf.TensorSpec of each graph input: the original signature when the graph came from TF (of the data
+    inputs only, for a training-mode graph whose other inputs are the variables)."""
     tfm = tf()
     sig = graph.meta.get("tf_signature")
-    if sig and len(sig) == len(graph.inputs):
+    if sig and len(sig) == graph.meta.get("tf_data_inputs", len(graph.inputs)):
         return [tfm.TensorSpec(shape, tfm.as_dtype(dtype), name=name) for (name, shape, dtype) in sig]
     specs = []
     for v in graph.inputs:
@@ -69,8 +70,14 @@ def input_signature(graph: Graph) -> list:
         return specs
 
 
-def export_graph(graph: Graph) -> Any:
-    """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure."""
+def export_graph(graph: Graph, original: Any = None) -> Any:
+    """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure. A
+    training-mode graph (graph.meta["tf_mode"] == "train") becomes a step on the original's own variables
+    (aiacc.plugins.tf.training); `original` is then the model they belong to."""
+    if graph.meta.get("tf_mode") == "train":
+        from aiacc.plugins.tf.training import export_training
+
+        return export_training(graph, original)
     tfm = tf()
     # fused ops TF has no fused form for become the ops they stand for (in a copy: the module keeps its graph)
     decomposed, _ = decompose_fused(graph, keep=has_emitter)

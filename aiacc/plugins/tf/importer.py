@@ -46,6 +46,7 @@ TO_NHWC = (0, 2, 3, 1)
 NHWC_AXIS_TO_NCHW = {0: 0, 1: 2, 2: 3, 3: 1}
 INT_MAX = 2 ** 63 - 1
 INLINE_CALLS = ("PartitionedCall", "StatefulPartitionedCall")
+VARIABLE_OPS = ("ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
 
 # TF op type -> handler(importer, tfop) -> [Entry | None per output] | None (filled by aiacc.plugins.tf.import_ops)
 handlers = OpTable("tf import")
@@ -128,7 +129,7 @@ def _index_structure(structure: Any) -> Any:
     return tfm.nest.pack_sequence_as(structure, list(range(len(tfm.nest.flatten(structure)))))
 
 
-def _trace_keras(model: Any, candidates: list, pack) -> tuple[Any, list]:
+def _trace_keras(model: Any, candidates: list, pack, training: bool = False) -> tuple[Any, list]:
     """(ConcreteFunction, specs) of the first candidate signature the Keras model traces on; `pack` turns
     the flat inputs into the model's argument. A model that cannot trace on its declared (dynamic) shapes
     may still trace on the examples'."""
@@ -142,7 +143,7 @@ def _trace_keras(model: Any, candidates: list, pack) -> tuple[Any, list]:
         tried.append(key)
 
         def call(*xs):
-            return model(pack(xs), training=False)
+            return model(pack(xs), training=training)
 
         try:
             return tfm.function(call, input_signature=specs).get_concrete_function(), specs
@@ -153,9 +154,11 @@ def _trace_keras(model: Any, candidates: list, pack) -> tuple[Any, list]:
                      f"{[(list(s.shape), s.dtype.name) for s in specs]}: {first_line(e)}") from None
 
 
-def concrete_function(model: Any, example_inputs: Any) -> Traced:
+def concrete_function(model: Any, example_inputs: Any, training: bool = False) -> Traced:
     """Trace `model` (keras.Model, tf.Module with a tf.function __call__, tf.function, ConcreteFunction) and
-    freeze its variables. Example inputs may be omitted when the model carries an input signature."""
+    freeze its variables. Example inputs may be omitted when the model carries an input signature.
+    training: a Keras model is called with training=True and the variables are not frozen (Traced.frozen is
+    then the ConcreteFunction itself, reading its variables through captured resources)."""
     tfm = tf()
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
@@ -168,7 +171,8 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
         # named inputs: the model takes one dict; the graph inputs are its values in tf.nest (sorted key) order
         input_structure = [_index_structure(example_inputs)]
         candidates = [[_spec_of(x, relax_batch=True) for x in examples], [_spec_of(x, relax_batch=False) for x in examples]]
-        cf, specs = _trace_keras(model, candidates, lambda xs: tfm.nest.pack_sequence_as(example_inputs, list(xs)))
+        cf, specs = _trace_keras(model, candidates, lambda xs: tfm.nest.pack_sequence_as(example_inputs, list(xs)),
+                                 training)
     elif _is_keras_model(model):
         known = _keras_input_specs(model)
         candidates = []
@@ -183,7 +187,7 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
             candidates.append(known)
         else:
             raise UnsupportedError(f"Keras model {model.name!r} has no input shapes yet: pass example inputs")
-        cf, specs = _trace_keras(model, candidates, lambda xs: xs[0] if len(xs) == 1 else list(xs))
+        cf, specs = _trace_keras(model, candidates, lambda xs: xs[0] if len(xs) == 1 else list(xs), training)
     else:
         is_function = isinstance(model, (GenericFunction, ConcreteFunction))
         if not is_function and hasattr(getattr(model, "__call__", None), "get_concrete_function"):
@@ -225,12 +229,10 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
                                    f"tf.Module with a tf.function __call__, tf.function or ConcreteFunction")
     for i, s in enumerate(specs):
         np_dtype_name(s.dtype, f"input {i} ({getattr(s, 'name', None) or 'unnamed'})")
-    try:
-        # control flow stays functional (While / If with their bodies in the function library): the importer
-        # keeps it as opaque regions instead of meeting the Switch/Merge/Enter/NextIteration cycles of lowering
-        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
-    except Exception as e:  # TF raises a variety of errors for graphs it cannot freeze
-        raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {first_line(e)}") from e
+    if training:
+        frozen = cf
+    else:
+        frozen = _freeze(cf, convert_variables_to_constants_v2)
     if input_structure is None:
         args, kwargs = cf.structured_input_signature
         if args and not kwargs and any(not isinstance(a, tfm.TensorSpec) for a in args):
@@ -238,11 +240,41 @@ def concrete_function(model: Any, example_inputs: Any) -> Traced:
     return Traced(frozen, specs, cf.structured_outputs, input_structure)
 
 
-def import_model(model: Any, example_inputs: Any = None, *, name: str | None = None) -> Graph:
-    """Trace and translate a TF model into an IR graph (inference semantics, variables frozen)."""
-    traced = concrete_function(model, example_inputs)
+def _freeze(cf, convert_variables_to_constants_v2):
+    try:
+        # control flow stays functional (While / If with their bodies in the function library): the importer
+        # keeps it as opaque regions instead of meeting the Switch/Merge/Enter/NextIteration cycles of lowering
+        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
+    except Exception as e:  # TF raises a variety of errors for graphs it cannot freeze
+        raise UnsupportedError(f"the variables of {cf.name} cannot be frozen into constants: {first_line(e)}") from e
+    return frozen
+
+
+def import_model(model: Any, example_inputs: Any = None, *, name: str | None = None,
+                 mode: str = "inference") -> Graph:
+    """Trace and translate a TF model into an IR graph: inference semantics with the variables frozen, or
+    (mode="train") training semantics with the variables as graph inputs and their updates as outputs."""
+    training = mode == "train"
+    variables = model_variables(model) if training else None
+    traced = concrete_function(model, example_inputs, training=training)
     graph_name = name or getattr(model, "name", None) or getattr(model, "__name__", None) or "tf_model"
-    return GraphImporter(traced, str(graph_name)).run()
+    return GraphImporter(traced, str(graph_name), variables=variables).run()
+
+
+def model_variables(model: Any) -> list:
+    """The variables of a Keras model or tf.Module, in the model's own (stable) order: what a training-mode
+    graph's variable inputs index (graph.meta["tf_variables"])."""
+    tfm = tf()
+    if _is_keras_model(model) or isinstance(model, tfm.Module):
+        return list(model.variables)
+    raise UnsupportedError(f"mode='train' takes a Keras model or a tf.Module (whose variables the trained model "
+                           f"shares), not a {type(model).__module__}.{type(model).__name__}")
+
+
+def _handle(v: Any) -> Any:
+    """The resource handle of a tf.Variable or of a Keras 3 Variable (which wraps one)."""
+    inner = getattr(v, "value", None) if not hasattr(v, "handle") else v
+    return getattr(inner, "handle", None)
 
 
 # ------------------------------------------------------------------------------------------ the walker
@@ -257,8 +289,11 @@ class Entry:
 class GraphImporter:
     """Walks a frozen FuncGraph in topological order and builds the IR."""
 
-    def __init__(self, traced: Traced, name: str):
+    def __init__(self, traced: Traced, name: str, variables: list | None = None):
         self.traced = traced
+        self.training = variables is not None
+        self.variables = variables
+        self.var_current: dict[str, Value] = {}  # training: captured resource tensor name -> current value
         self.tfgraph = traced.frozen.graph
         self.g = Graph(name)
         self.env: dict[str, Entry] = {}
@@ -271,7 +306,8 @@ class GraphImporter:
         tfm = tf()
         frozen = self.traced.frozen
         g = self.g
-        placeholders = [t for t in frozen.inputs if t.dtype != tfm.resource]
+        captured = {t.name for t in frozen.graph.internal_captures} if self.training else set()
+        placeholders = [t for t in frozen.inputs if t.dtype != tfm.resource and t.name not in captured]
         for i, (t, spec) in enumerate(zip(placeholders, self.traced.specs)):
             dtype = np_dtype_name(t.dtype, f"input {t.op.name}")
             shape = tf_shape(t.shape)
@@ -280,13 +316,18 @@ class GraphImporter:
                               for k, d in enumerate(shape))
             v = g.add_input(_clean(t.op.name), dtype, shape)
             self.env[t.name] = Entry(v)
+        n_data = len(g.inputs)
+        if self.training:
+            start = self._bind_captures(frozen)
         self.library_def = self.tfgraph.as_graph_def().library
         self.translate_ops(self.tfgraph, frozen.outputs)
         for i, t in enumerate(frozen.outputs):
             if t.name not in self.env:
                 raise UnsupportedError(f"output {i} ({t.name}) of the TF graph was not translated")
             g.add_output(self.plain(t))
-        g.meta["tf_signature"] = [(v.name, tf_shape(s.shape), s.dtype.name) for v, s in zip(g.inputs,
+        if self.training:
+            self._state_outputs(start, n_data)
+        g.meta["tf_signature"] = [(v.name, tf_shape(s.shape), s.dtype.name) for v, s in zip(g.inputs[:n_data],
                                                                                           self.traced.specs)]
         g.meta["tf_output_structure"] = self.traced.output_structure
         if self.traced.input_structure is not None:
@@ -297,13 +338,67 @@ class GraphImporter:
         g.verify()
         return g
 
+    # -- training: variables ------------------------------------------------------------------------
+    def _bind_captures(self, cf) -> dict[str, Value]:
+        """Each captured resource becomes a graph input standing for its variable (graph.meta["tf_variables"]:
+        (input name, index in the model's variables, trainable)); captured constants become initializers.
+        Returns {resource tensor name: input value}."""
+        tfm = tf()
+        by_handle = {id(_handle(v)): k for k, v in enumerate(self.variables)}
+        start, table = {}, []
+        for external, internal in cf.graph.captures:
+            if internal.dtype != tfm.resource:
+                self.env[internal.name] = Entry(self.init(external.numpy(), internal.op.name))
+                continue
+            k = by_handle.get(id(external))
+            if k is None:
+                raise UnsupportedError(f"the traced function reads a variable ({internal.op.name}) that is not one "
+                                       f"of the model's variables: mode='train' needs every variable reachable "
+                                       f"from the model")
+            var = self.variables[k]
+            if internal.name in start:
+                continue
+            path = str(getattr(var, "path", None) or var.name).replace("/", "_").replace(":", "_")
+            v = self.g.add_input(_clean(f"var_{k}_{path}"), np_dtype_name(var.dtype, f"variable {var.name}"),
+                                 tuple(int(d) for d in var.shape))
+            start[internal.name] = v
+            table.append((v.name, k, bool(var.trainable)))
+        self.var_current = dict(start)
+        self.g.meta["tf_variables"] = table
+        return start
+
+    def _state_outputs(self, start: dict[str, Value], n_data: int) -> None:
+        """Every variable the step assigns gets its final value as an extra graph output
+        (graph.meta["tf_assigns"]: (output index, variable index)); the exporter assigns it back."""
+        names = {v_name: k for v_name, k, _ in self.g.meta["tf_variables"]}
+        n_model = len(self.g.outputs)
+        assigns = []
+        for key, v in self.var_current.items():
+            if v is start[key]:
+                continue
+            assigns.append((len(self.g.outputs), names[start[key].name]))
+            self.g.add_output(v)
+        self.g.meta["tf_assigns"] = assigns
+        self.g.meta["tf_model_outputs"] = n_model
+        self.g.meta["tf_data_inputs"] = n_data
+        self.g.meta["tf_mode"] = "train"
+
     def translate_ops(self, tfgraph, outputs) -> None:
-        """Translate the ops of `tfgraph` that `outputs` need (graph inputs already in self.env)."""
+        """Translate the ops of `tfgraph` that `outputs` need (graph inputs already in self.env); in training
+        also every variable assignment (reached by control dependencies only)."""
+        if self.training:
+            outputs = list(outputs) + [t for op in tfgraph.get_operations()
+                                       if op.type in VARIABLE_OPS[1:] for t in op.inputs[1:]]
         needed = self._reachable(outputs)
+        if self.training:
+            needed |= {op.name for op in tfgraph.get_operations() if op.type in VARIABLE_OPS[1:]}
         ops = topo_order([op for op in tfgraph.get_operations() if op.name in needed])
         library = {f.signature.name for f in self.library_def.function}
         inlined = {op.name for op in ops if op.type in INLINE_CALLS and self._inline(op)}
-        regions = find_regions([op for op in ops if op.type != "Placeholder" and op.name not in inlined], library)
+        # training: the model's variable reads/assignments are translated (import_ops.variables), not regions
+        variable_ops = {op.name for op in ops if self.training and op.type in VARIABLE_OPS}
+        regions = find_regions([op for op in ops if op.type != "Placeholder" and op.name not in inlined
+                                and op.name not in variable_ops], library)
         self._outputs = {t.name for t in outputs}
         for unit in contract(ops, regions):
             if isinstance(unit, list):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, KernelError, ShapeError
+from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
 from aiacc.plugins.base import Plugin, to_numpy_list
 from aiacc.plugins.tf import export_ops, import_ops  # noqa: F401  (fill the op tables; no TensorFlow import)
 from aiacc.plugins.tf._tf import tf
@@ -20,6 +20,7 @@ class TFPlugin(Plugin):
     install_hint = "pip install 'aiacc[tf]'"
     rtol = 1e-4
     atol = 1e-5
+    modes = ("inference", "train")
 
     def detect(self, model: Any) -> bool:
         """A Keras model, a tf.Module, a tf.function (generic or concrete) or a restored SavedModel."""
@@ -37,19 +38,28 @@ class TFPlugin(Plugin):
         return isinstance(model, (tfm.Module,) + function_types + restored_types)
 
     def trace(self, model: Any, example_inputs: Any = None, **options: Any) -> Graph:
+        """A Keras model, tf.Module or tf.function as an IR graph; mode="train" (alias "training"): training
+        semantics with the variables as graph inputs (a Keras model or tf.Module only)."""
         from aiacc.plugins.tf.importer import import_model
 
-        return import_model(model, example_inputs, name=options.get("name"))
+        mode = self.check_mode(options.get("mode"))
+        if mode == "train" and options.get("memory_budget") is not None:
+            raise UnsupportedError("memory_budget with mode='train' is not implemented for TensorFlow yet "
+                                   "(the torch plugin plans recomputation; TF would use tf.recompute_grad)")
+        return import_model(model, example_inputs, name=options.get("name"), mode=mode)
 
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
-        """A tf.Module whose __call__ is a tf.function computing the graph in TF ops (NHWC again)."""
+        """A tf.Module whose __call__ is a tf.function computing the graph in TF ops (NHWC again); for a
+        training-mode graph a model on the original's variables (a keras.Model for a Keras original)."""
         from aiacc.plugins.tf.exporter import export_graph
 
-        return export_graph(graph)
+        return export_graph(graph, original)
 
     def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
                            **options: Any) -> Any:
         """A tf.Module-like callable running the graph in onnxruntime."""
+        if graph.meta.get("tf_mode") == "train":
+            raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
         from aiacc.plugins.tf.ort import export_onnxruntime
 
         return export_onnxruntime(graph, providers=providers)
@@ -63,7 +73,26 @@ class TFPlugin(Plugin):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise KernelError(f"running {type(model).__name__} on the example inputs failed: {first}") from e
 
+    def optimize(self, model: Any, example_inputs: Any = None, **options: Any) -> Any:
+        """aiacc.optimize for TF; with mode="train" the outputs compared before and after are one training
+        step's (variables restored after each run, so the dropout seed and BatchNorm statistics match)."""
+        from aiacc.plugins.tf.training import training_runs
+
+        mode = self.check_mode(options.get("mode"))
+        if mode == "train" and options.get("memory_budget") is not None:
+            raise UnsupportedError("memory_budget with mode='train' is not implemented for TensorFlow yet "
+                                   "(the torch plugin plans recomputation; TF would use tf.recompute_grad)")
+        options.pop("memory_budget", None)
+        if mode != "train":
+            return super().optimize(model, example_inputs, **options)
+        with training_runs(model):
+            return super().optimize(model, example_inputs, **options)
+
     def _run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        from aiacc.plugins.tf.training import TRAINING_RUN, run_training
+
+        if TRAINING_RUN.get() is not None:
+            return run_training(model, _as_list(example_inputs))
         tfm = tf()
         xs = _as_list(example_inputs)
         from aiacc.plugins.tf.importer import _is_keras_model

@@ -22,10 +22,9 @@ def normalize_mode(mode: str | None, model: Any = None) -> str:
         from torch import nn
 
         return "training" if isinstance(model, nn.Module) and model.training else "inference"
-    aliases = {"train": "training", "training": "training", "eval": "inference", "inference": "inference"}
-    if mode not in aliases:
-        raise UnsupportedError(f"mode must be 'inference' or 'train', not {mode!r}")
-    return aliases[mode]
+    from aiacc.core.passes.manager import normalize_mode as one_spelling  # the one error for an unknown mode
+
+    return "training" if one_spelling("inference" if mode == "eval" else mode) == "train" else "inference"
 
 
 def _check_module(model: Any, verb: str) -> None:
@@ -40,6 +39,7 @@ class TorchPlugin(Plugin):
     name = "torch"
     title = "torch"
     install_hint = "pip install 'aiacc[torch]'"
+    modes = ("inference", "train")
 
     def detect(self, model: Any) -> bool:
         torch = sys.modules.get("torch")

@@ -8,6 +8,7 @@ import numpy as np
 
 from aiacc.core.ir import Value
 from aiacc.core.ops import get_schema
+from aiacc.core.translate import Untranslatable
 from aiacc.errors import AiaccError, ShapeError
 from aiacc.plugins.mxnet.importer import SELU_ALPHA, SELU_GAMMA, Ctx, converters
 from aiacc.plugins.mxnet.symjson import attr_bool
@@ -76,7 +77,17 @@ def _batchnorm(ctx: Ctx):
         return _batchnorm_other_axis(ctx)
     x, gamma, beta, mean, var = ctx.inputs
     if ctx.bool("fix_gamma", True):  # MXNet's default: gamma is held at 1 whatever its stored value
+        if ctx.training:
+            raise Untranslatable("fix_gamma=True in training (gamma gets no gradient): kept as MXNet's op")
         gamma = ctx.constant("gamma_fixed", np.ones(mean.shape, dtype=ctx.dtype(3)))
+    if ctx.training:
+        if ctx.bool("use_global_stats", False):
+            raise Untranslatable("use_global_stats in training: kept as MXNet's op")
+        # batch statistics; MXNet updates the moving mean/var (aux states) in place, so the new-statistics
+        # outputs have no readers here (the exporter lowers this node back to BatchNorm on the same aux)
+        y, _, _ = ctx.op("BatchNormalization", x, gamma, beta, mean, var, epsilon=ctx.float("eps", 1e-3),
+                         momentum=ctx.float("momentum", 0.9), training_mode=1, outputs=3)
+        return y
     return ctx.op("BatchNormalization", x, gamma, beta, mean, var, epsilon=ctx.float("eps", 1e-3))
 
 
@@ -419,7 +430,10 @@ def _dropout(ctx: Ctx):
     if ctx.str("mode", "training") == "always":
         return None  # drops at inference too
     p = ctx.float("p", 0.5)
-    return ctx.op("Dropout", ctx.inputs[0], ctx.constant("ratio", np.asarray(p, dtype=np.float32)))
+    ratio = ctx.constant("ratio", np.asarray(p, dtype=np.float32))
+    if ctx.training:  # kept: MXNet drops under autograd.record(train_mode=True), with its own RNG
+        return ctx.op("Dropout", ctx.inputs[0], ratio, ctx.constant("training_mode", np.asarray(True)))
+    return ctx.op("Dropout", ctx.inputs[0], ratio)
 
 
 @converters.register("Embedding")

@@ -5,4 +5,4 @@ imports it), one module per op family: elementwise, nn, shapes (and the helpers 
 A handler returns one `Entry` per TF output, or raises `Untranslatable` (or returns None) for a form it
 does not cover: the importer rolls back what it added and keeps the op opaque.
 """
-from aiacc.plugins.tf.import_ops import elementwise, nn, shapes  # noqa: F401  (each registers its handlers)
+from aiacc.plugins.tf.import_ops import elementwise, nn, shapes, variables  # noqa: F401  (each registers its handlers)

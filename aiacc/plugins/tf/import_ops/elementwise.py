@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiacc.core.translate import Untranslatable
 from aiacc.plugins.tf._tf import np_dtype_name, tf
 from aiacc.plugins.tf.importer import Entry, GraphImporter, handlers
 from aiacc.plugins.tf.import_ops.common import attr, const_to_nchw, int64_as, operands
@@ -19,6 +20,8 @@ def _const(imp: GraphImporter, tfop):
 
 @handlers.register("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics")
 def _identity(imp, tfop):
+    if imp.training and tfop.type in ("StopGradient", "PreventGradient"):
+        raise Untranslatable("stops gradients in training: kept as the TF op")
     return [imp.entry(tfop.inputs[0])]
 
 

@@ -48,6 +48,9 @@ def _layout_in(imp, x, fmt):
 def _conv(imp, tfop):
     x, w = tfop.inputs
     fmt = attr(tfop, "data_format", "NHWC")
+    wc = imp.const(w)
+    if wc is None and tfop.type == "Conv2D" and imp.training and _static4(imp, w):
+        return _conv_variable_filter(imp, tfop, x, w, fmt)
     wc = imp.need_const(w, "non-constant filter")
     kh, kw, cin_w, cout_w = wc.shape
     strides, dilations = _spatial(tfop, "strides", fmt), _spatial(tfop, "dilations", fmt)
@@ -62,6 +65,25 @@ def _conv(imp, tfop):
     attrs = {"kernel_shape": [kh, kw], "strides": strides, "dilations": dilations, "group": group}
     attrs.update(_padding_attrs(imp, tfop, x, [kh, kw], strides, dilations, fmt))
     wv = imp.init(weight, tfop.name + "_weight")
+    return [Entry(imp.emit1("Conv", [xv, wv], attrs, name=tfop.name), fmt == "NHWC")]
+
+
+def _static4(imp, t) -> bool:
+    shape = imp.static_shape(t)
+    return shape is not None and len(shape) == 4 and all(isinstance(d, int) for d in shape)
+
+
+def _conv_variable_filter(imp, tfop, x, w, fmt):
+    """Training: the filter is a variable read (an IR input), transposed HWIO -> OIHW by an IR Transpose so
+    gradients reach the variable."""
+    kh, kw, cin_w, _ = imp.static_shape(w)
+    strides, dilations = _spatial(tfop, "strides", fmt), _spatial(tfop, "dilations", fmt)
+    xv = _layout_in(imp, x, fmt)
+    cin = (imp.static_shape(x) or [None] * 4)[3 if fmt == "NHWC" else 1]
+    group = cin // cin_w if isinstance(cin, int) and cin != cin_w else 1
+    attrs = {"kernel_shape": [kh, kw], "strides": strides, "dilations": dilations, "group": group}
+    attrs.update(_padding_attrs(imp, tfop, x, [kh, kw], strides, dilations, fmt))
+    wv = imp.transpose(imp.plain(w), (3, 2, 0, 1))
     return [Entry(imp.emit1("Conv", [xv, wv], attrs, name=tfop.name), fmt == "NHWC")]
 
 

@@ -1,0 +1,94 @@
+"""mode="train" for MXNet Gluon: the optimized block trains the original's own Parameters.
+
+`trace_training` imports the block's symbol with training semantics and every Parameter as a graph input
+named as the Parameter (so no pass folds a weight into a constant, and gradients reach it): BatchNorm on
+batch statistics (training_mode=1) and Dropout kept. `export_training` lowers the optimized graph to a
+symbol reading the same variable names and wraps it in a gluon.SymbolBlock built on the original's
+ParameterDict: `autograd.record()` + `backward()` fill the original Parameters' gradients, a
+`gluon.Trainer` over either block's parameters updates the same arrays, and MXNet's BatchNorm updates the
+same moving mean/var (aux states) in place, exactly as the original's does. Like Gluon, the block follows
+autograd's mode at run time: training semantics under `autograd.record()` (train_mode=True), inference
+outside.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aiacc.core.ir import Graph, TensorType
+from aiacc.errors import UnsupportedError
+from aiacc.plugins.mxnet._import import import_mxnet
+
+
+def trace_training(model: Any, example_inputs: Any, name: str | None = None) -> Graph:
+    """A Gluon HybridBlock as a training-mode IR graph: data inputs first, then one input per Parameter."""
+    from aiacc.plugins.mxnet.importer import import_symbol
+    from aiacc.plugins.mxnet.opaque import SymbolOpaqueBackend
+    from aiacc.plugins.mxnet.translator import as_model, input_types
+
+    mx = import_mxnet()
+    if not isinstance(model, mx.gluon.HybridBlock):
+        raise UnsupportedError(f"mode='train' for MXNet takes a Gluon HybridBlock (whose Parameters the trained "
+                               f"block shares), not a {type(model).__name__}")
+    m, names = as_model(model, example_inputs)
+    types = input_types(names, example_inputs)
+    params = {k: TensorType(np.asarray(a).dtype.name, tuple(np.asarray(a).shape)) for k, a in m.params.items()}
+    g = import_symbol(m.symbol, {}, {**types, **params}, name=str(name or getattr(model, "name", "mxnet")),
+                      opaque_backend=SymbolOpaqueBackend(m.symbol_json, types, m.params), training=True)
+    g.meta["framework"] = "mxnet"
+    g.meta["mxnet.data_inputs"] = list(names)
+    g.meta["mxnet.params"] = [v.name for v in g.inputs if v.name in params]
+    return g
+
+
+def export_training(graph: Graph, original: Any) -> Any:
+    """A gluon.SymbolBlock computing the graph on `original`'s Parameters (shared, not copied)."""
+    from aiacc.plugins.mxnet.exporter import export_symbol
+
+    mx = import_mxnet()
+    if original is None or not isinstance(original, mx.gluon.HybridBlock):
+        raise UnsupportedError(f"graph {graph.name}: a training-mode graph exports onto the original Gluon "
+                               f"block's Parameters; pass original=")
+    sym, args, aux = export_symbol(graph)
+    outputs = mx.sym.load_json(sym.to_json())
+    data = [mx.sym.var(n) for n in graph.meta["mxnet.data_inputs"]]
+    shared = original.collect_params()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        block = mx.gluon.SymbolBlock(outputs, data, params=shared)
+    # constants the export made (a folded shape, a fixed scale) are parameters of the new block only
+    for name, array in {**args, **aux}.items():
+        p = block.params.get(name)
+        p.grad_req = "null"
+        p.initialize(init=mx.init.Constant(0), ctx=mx.cpu(), force_reinit=True)
+        p.set_data(mx.nd.array(array, dtype=array.dtype))
+    for name in graph.meta["mxnet.params"]:
+        if block.params.get(name) is not shared[name]:
+            raise UnsupportedError(f"graph {graph.name}: the exported block does not share Parameter {name}")
+    block.hybridize(static_alloc=True)
+    block.aiacc_graph = graph
+    return block
+
+
+def run_recorded(block: Any, example_inputs: Any) -> list[np.ndarray]:
+    """One forward of a Gluon block under autograd.record (training semantics; dropout seeded), outputs as
+    numpy, every Parameter (moving statistics included) put back as it was."""
+    from aiacc.plugins.mxnet.translator import _flatten_outputs, example_arrays
+
+    mx = import_mxnet()
+    arrays = example_arrays(example_inputs)
+    if isinstance(arrays, dict):
+        arrays = list(arrays.values())
+    params = [p for p in block.collect_params().values() if p._data is not None]
+    saved = [p.data().copy() for p in params]
+    try:
+        mx.random.seed(0)
+        with mx.autograd.record(train_mode=True):
+            out = block(*[mx.nd.array(a, dtype=a.dtype) for a in arrays])
+        return _flatten_outputs(out)
+    finally:
+        for p, a in zip(params, saved):
+            p.set_data(a)

@@ -1,0 +1,203 @@
+"""TF/Keras mode="train": the optimized model trains the original's own variables, with Keras' training
+semantics (BatchNormalization on batch statistics with its moving averages updated, dropout from the same
+seed generator), the same gradients and the same parameters after one and three optimizer steps."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import aiacc  # noqa: E402
+from aiacc.errors import AiaccError  # noqa: E402
+
+
+def cnn(dropout=0.0, seed=0):
+    """A tiny Conv + BatchNorm + Dense net (Keras 3), same weights for the same seed."""
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input((8, 8, 3)),
+        keras.layers.Conv2D(4, 3, activation="relu"),
+        keras.layers.BatchNormalization(momentum=0.9),
+        keras.layers.Flatten(),
+        keras.layers.Dropout(dropout),
+        keras.layers.Dense(16, activation="gelu"),
+        keras.layers.LayerNormalization(),
+        keras.layers.Dense(5),
+    ])
+
+
+def data(seed=1, n=4):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 8, 8, 3)).astype(np.float32), rng.integers(0, 5, n)
+
+
+def close(a, b, tol=1e-5):
+    a, b = np.asarray(a), np.asarray(b)
+    scale = max(1.0, float(np.max(np.abs(a))) if a.size else 1.0)
+    return float(np.max(np.abs(a - b))) <= tol * scale if a.size else True
+
+
+def train_steps(model, steps, x, y):
+    """`steps` SGD-momentum steps through a GradientTape on model(x, training=True)."""
+    opt = keras.optimizers.SGD(0.1, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+    return [v.numpy() for v in model.variables]
+
+
+def test_variables_are_the_originals_and_the_report_says_what_training_skips():
+    m = cnn()
+    x, _ = data()
+    fast = aiacc.optimize(m, x, mode="train")
+    assert isinstance(fast, keras.Model)
+    assert len(fast.trainable_variables) == len(m.trainable_variables) > 0
+    assert all(a is b for a, b in zip(fast.trainable_variables, m.trainable_variables))
+    report = fast.aiacc_report
+    assert report.mode == "train" and "batchnorm_folding" in report.skipped
+    graph = fast.aiacc_graph.unwrap()
+    assert graph.meta["tf_mode"] == "train"
+    # no parameter became a constant: every variable is a graph input, none was folded into an initializer
+    assert len([v for v in graph.inputs if v.name.startswith("var_")]) == len(m.variables)
+    kernel_shape = tuple(m.layers[0].kernel.shape)
+    assert not any(v.shape in (kernel_shape, kernel_shape[::-1]) for v in graph.initializers.values())
+
+
+def test_training_alias_and_gradients_equal():
+    m = cnn()
+    x, y = data()
+    fast = aiacc.optimize(m, x, mode="training")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    saved = [v.numpy() for v in m.variables]
+    with tf.GradientTape() as tape:
+        ref = loss_fn(y, m(x, training=True))
+    g_ref = tape.gradient(ref, m.trainable_variables)
+    for v, a in zip(m.variables, saved):
+        v.assign(a)
+    with tf.GradientTape() as tape:
+        got = loss_fn(y, fast(x, training=True))
+    g_got = tape.gradient(got, fast.trainable_variables)
+    assert close(ref, got)
+    assert all(g is not None for g in g_got)
+    for a, b in zip(g_ref, g_got):
+        assert close(a, b), float(np.max(np.abs(a.numpy() - b.numpy())))
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_steps_end_with_the_same_parameters_and_bn_statistics(steps):
+    x, y = data()
+    ref_model = cnn(seed=0)
+    ref = train_steps(ref_model, steps, x, y)
+    m = cnn(seed=0)
+    fast = aiacc.optimize(m, x, mode="train")
+    got = train_steps(fast, steps, x, y)
+    names = [v.path for v in m.variables]
+    for name, a, b in zip(names, ref, got):
+        assert close(a, b), (name, float(np.max(np.abs(a - b))))
+    # the moving statistics moved (training semantics), on the original's variables
+    bn = m.layers[1]
+    assert not np.allclose(bn.moving_mean.numpy(), 0) and not np.allclose(bn.moving_variance.numpy(), 1)
+
+
+def test_dropout_masks_come_from_the_same_seed_generator():
+    x, y = data()
+    ref = train_steps(cnn(dropout=0.5, seed=3), 2, x, y)
+    m = cnn(dropout=0.5, seed=3)
+    fast = aiacc.optimize(m, x, mode="train")
+    got = train_steps(fast, 2, x, y)
+    for a, b in zip(ref, got):
+        assert close(a, b)
+    # dropout is really on: two calls draw different masks
+    a, b = fast(x, training=True).numpy(), fast(x, training=True).numpy()
+    assert not np.allclose(a, b)
+
+
+def test_traces_under_tf_function_and_jit_compile():
+    x, y = data()
+    m = cnn()
+    fast = aiacc.optimize(m, x, mode="train")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def grads(model):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    saved = [v.numpy() for v in m.variables]
+    eager_loss, eager_g = grads(fast)
+    for v, a in zip(m.variables, saved):
+        v.assign(a)
+    xla_loss, xla_g = tf.function(lambda: grads(fast), jit_compile=True)()
+    assert close(eager_loss, xla_loss, 1e-4)
+    for a, b in zip(eager_g, xla_g):
+        assert close(a, b, 1e-4)
+
+
+def test_fit_trains_the_original_variables():
+    x, y = data(n=8)
+    ref_model = cnn(seed=5)
+    ref_model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True), jit_compile=False)
+    ref_model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    m = cnn(seed=5)
+    fast = aiacc.optimize(m, x[:4], mode="train")
+    before = [v.numpy() for v in m.trainable_variables]
+    fast.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True), jit_compile=False)
+    fast.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    assert any(not np.allclose(a, v.numpy()) for a, v in zip(before, m.trainable_variables))
+    for a, b in zip(ref_model.variables, m.variables):
+        assert close(a.numpy(), b.numpy()), a.path
+    # inference (predict: training=False) runs with the moving statistics, like the original
+    assert close(fast.predict(x, verbose=0), ref_model.predict(x, verbose=0), 1e-4)
+
+
+def test_tf_module_trains_its_variables():
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(0)
+            self.w = tf.Variable(rng.standard_normal((6, 3)).astype(np.float32))
+            self.b = tf.Variable(np.zeros(3, np.float32))
+            self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 6), tf.float32)])
+        def __call__(self, x):
+            self.steps.assign_add(1)
+            return tf.nn.relu(x @ self.w + self.b)
+
+    net = Net()
+    x = np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)
+    fast = aiacc.optimize(net, x, mode="train")
+    assert {id(v) for v in fast.trainable_variables} == {id(net.w), id(net.b)}
+    assert net.steps.numpy() == 0  # the verification restored the counter
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(fast(x) ** 2)
+    g = tape.gradient(loss, [net.w, net.b])
+    with tf.GradientTape() as tape:
+        ref = tf.reduce_sum(tf.nn.relu(x @ net.w + net.b) ** 2)
+    g_ref = tape.gradient(ref, [net.w, net.b])
+    for a, b in zip(g, g_ref):
+        assert close(a, b)
+    assert net.steps.numpy() == 1  # the state update ran on the original's variable
+
+
+def test_refusals_name_the_problem():
+    m = cnn()
+    x, _ = data()
+    with pytest.raises(AiaccError, match="unknown mode 'fit'"):
+        aiacc.optimize(m, x, mode="fit")
+    with pytest.raises(AiaccError, match="memory_budget with mode='train' is not implemented for TensorFlow"):
+        aiacc.optimize(m, x, mode="train", memory_budget=1 << 20)
+    with pytest.raises(AiaccError, match="onnxruntime"):
+        aiacc.optimize(m, x, mode="train", backend="onnxruntime")
+    fn = tf.function(lambda t: t * 2.0, input_signature=[tf.TensorSpec((2,), tf.float32)])
+    with pytest.raises(AiaccError, match="mode='train' takes a Keras model or a tf.Module"):
+        aiacc.optimize(fn, np.ones(2, np.float32), mode="train")
