@@ -289,6 +289,8 @@ def _print_memory_plan(console, graph, bind) -> None:
 
 def cmd_dump(args) -> int:
     graph, _ = _graph_for(args)
+    if args.optimize:
+        optimize_graph(graph)
     fmt = args.format
     out = args.output
     if fmt == "text":
@@ -321,6 +323,11 @@ def cmd_dump(args) -> int:
     elif fmt == "onnx":
         if out in (None, "-"):
             raise UnsupportedError("--format onnx needs -o FILE")
+        if args.keep_fused:  # aiacc's fused ops kept and documented for Netron (aiacc.view.onnx_docs)
+            from aiacc.view.onnx_docs import write_documented
+
+            write_documented(graph, out)
+            return 0
         from aiacc.core.onnx import save
 
         save(graph, out)
@@ -379,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", nargs="?")
     s.add_argument("--example")
     s.add_argument("--format", choices=("text", "json", "dot", "svg", "onnx"), default="text")
+    s.add_argument("--optimize", action="store_true", help="optimize (level 2) before writing")
+    s.add_argument("--keep-fused", action="store_true", help="onnx: keep aiacc's fused ops (domain aiacc, "
+                                                             "documented in the file) instead of decomposing them")
     s.add_argument("-o", "--output", default="-")
     s.set_defaults(fn=cmd_dump)
 

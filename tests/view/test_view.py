@@ -174,3 +174,23 @@ def test_horovod_modules_expose_the_timeline():
         except ImportError:
             continue
         assert hvd.start_timeline is timeline.start_timeline and hvd.stop_timeline is timeline.stop_timeline
+
+
+def test_dump_onnx_keeps_and_documents_fused_ops(tmp_path):
+    import onnx
+
+    out = tmp_path / "fused.onnx"
+    assert main(["dump", "--example", "resnet50", "--optimize", "--format", "onnx", "--keep-fused", "-o", str(out)]) == 0
+    model = onnx.load(str(out))
+    fused = [p for p in model.graph.node if p.domain == "aiacc"]
+    assert fused and {"aiacc", ""} <= {i.domain for i in model.opset_import}
+    for p in fused:
+        assert p.doc_string.startswith(f"aiacc::{p.op_type}: ") and "attributes: " in p.doc_string
+        assert "fused by aiacc rule" in p.doc_string
+        for a in p.attribute:
+            assert a.name in p.doc_string  # every attribute written is documented
+    meta = {e.key: e.value for e in model.metadata_props}
+    assert meta["aiacc.domain"].startswith("aiacc: ") and f"aiacc.op.{fused[0].op_type}" in meta
+    plain = tmp_path / "plain.onnx"  # without --keep-fused: the decomposition, as before
+    assert main(["dump", "--example", "resnet50", "--optimize", "--format", "onnx", "-o", str(plain)]) == 0
+    assert not [p for p in onnx.load(str(plain)).graph.node if p.domain == "aiacc"]
