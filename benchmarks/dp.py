@@ -15,6 +15,10 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
     Horovod 64 MB     gradients fused into 64 MB buffers after backward (Horovod's fusion threshold)
     DDP fp16 hook     DDP with its fp16_compress_hook
     aiacc / aiacc fp16  aiacc's DistributedOptimizer (its plan, fp32 / fp16 on the wire)
+    aiacc per-layer   the same with forward_module: each layer's update waits in the next forward only for
+                      its own buckets (communication overlaps the next forward too)
+
+Each candidate runs `--block` consecutive steps per round, timed up to the end of its deferred work.
 
 Columns: median step; throughput relative to DDP 25 MB; scaling efficiency; the simulator's predicted step
 for the candidate's plan on the same measured costs (per-layer compute from profiling, the link from
@@ -194,11 +198,17 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
         opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), compression=compression,
                                        model_spec=spec)
         out[label] = (m, plain(m, f, opt), opt.plan, compression)
+    # per-layer waits: each layer's update (and so its forward) waits only for its own buckets
+    m, _, f = build(name, rank)
+    opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec, forward_module=m)
+    out["aiacc per-layer"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step)
     return out
 
 
-def interleave(cands: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
-    """Each candidate one step per round, rotating who goes first; the first `warmup` rounds are not kept."""
+def interleave(cands: dict, rounds: int, warmup: int, block: int) -> dict[str, list[float]]:
+    """Each candidate `block` consecutive steps per round (rotating who goes first), timed together up to
+    the end of the last one's deferred work (a candidate whose update waits for the next forward pays it
+    inside the block); the time per step of each block. The first `warmup` rounds are not kept."""
     import torch.distributed as dist
 
     names = list(cands)
@@ -206,16 +216,21 @@ def interleave(cands: dict, rounds: int, warmup: int) -> dict[str, list[float]]:
     for i in range(rounds + warmup):
         k = i % len(names)
         for n in names[k:] + names[:k]:
+            step, finish = cands[n][1], (cands[n][4] if len(cands[n]) > 4 else None)
             dist.barrier()
             t0 = time.perf_counter()
-            cands[n][1]()
-            dt = time.perf_counter() - t0
+            for _ in range(block):
+                step()
+            if finish:
+                finish()
+            dt = (time.perf_counter() - t0) / block
             if i >= warmup:
                 times[n].append(dt)
     return times
 
 
-def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int) -> None:
+def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
+           block: int) -> None:
     import torch
     import torch.distributed as dist
 
@@ -236,12 +251,12 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         best = None
         if sweep:  # a short interleaved sweep of DDP's bucket size; its best is a candidate of the main run
             swept = candidates(name, rank, world, sweep, spec, None, only_sweep=True)
-            tm = interleave(swept, max(2, steps // 2), 1)
+            tm = interleave(swept, max(2, steps // 2), 1, block)
             best = min(sweep, key=lambda cap: statistics.median(tm[f"DDP {cap} MB (sweep)"]))
             best = hvd.broadcast_object(best, 0, "best DDP bucket size")
             del swept
         cands = candidates(name, rank, world, (), spec, best)
-        times = interleave(cands, steps, warmup)
+        times = interleave(cands, steps, warmup, block)
         ref = dict(cands["DDP 25 MB"][0].named_parameters())
         # the compute of this run, as measured beside the candidates (the machine's load changes): the
         # profiled per-layer split, scaled to the median step of the candidate without communication
@@ -249,12 +264,13 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         spec = ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s * scale, l.backward_s * scale, l.grads)
                                           for l in spec.layers))
         rows = {}
-        for label, (m, _, plan, compression) in cands.items():
+        for label, (m, _, plan, compression, *_) in cands.items():
             if plan is None:
                 pred = spec.forward_s + spec.backward_s
                 lb = pred
             else:
-                pred = simulate(spec, cluster, plan, cost, validate=False, sync="step").iteration_s
+                sync = "layer" if label == "aiacc per-layer" else "step"
+                pred = simulate(spec, cluster, plan, cost, validate=False, sync=sync).iteration_s
                 lb = lower_bound(spec, cluster, cost, compression)
             diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
             rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
@@ -272,14 +288,15 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 # -- the driver --------------------------------------------------------------------------------------
 
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
-             timeout: float) -> dict:
+             block: int, timeout: float) -> dict:
     """One testbed of 2 nodes at `rate`, the worker on each node (pinned to its own core); rank 0's report."""
     from aiacc.distributed.testbed import Testbed
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "report.json")
         argv = [__file__, "--worker", out, "--models", ",".join(models), "--steps", str(steps),
-                "--warmup", str(warmup), "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps)]
+                "--warmup", str(warmup), "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
+                "--block", str(block)]
         with Testbed(2, rate) as tb:
             res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0,
                          env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
@@ -290,8 +307,8 @@ def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple
         return json.loads(Path(out).read_text())
 
 
-ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook", "aiacc",
-         "aiacc fp16")
+ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook",
+         "aiacc per-layer", "aiacc fp16", "aiacc")
 
 
 def table(reports: dict[str, dict]):
@@ -327,19 +344,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smoke test: 1 Gbit/s, 2 steps, no sweep")
     ap.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates (tc syntax)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: resnet, bert")
-    ap.add_argument("--steps", type=int, default=8, help="measured rounds per candidate")
+    ap.add_argument("--steps", type=int, default=5, help="measured rounds per candidate")
     ap.add_argument("--warmup", type=int, default=2, help="rounds not measured")
     ap.add_argument("--sweep", default=",".join(map(str, SWEEP_MB)), help="DDP bucket sizes (MB) swept; '' none")
     ap.add_argument("--profile-reps", type=int, default=5, help="profiled steps for the measured compute")
+    ap.add_argument("--block", type=int, default=2, help="consecutive steps of a candidate per round (default 2)")
     ap.add_argument("--json", help="also write the raw reports here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sweep = tuple(int(x) for x in args.sweep.split(",") if x)
     models = [m for m in args.models.split(",") if m]
     if args.quick:
-        args.rates, args.steps, args.warmup, sweep, args.profile_reps = "1gbit", 2, 1, (), 2
+        args.rates, args.steps, args.warmup, sweep, args.profile_reps, args.block = "1gbit", 2, 1, (), 2, 1
     if args.worker:
-        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps)
+        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block)
         return
     from rich.console import Console
 
@@ -352,7 +370,8 @@ def main() -> None:
     reports = {}
     for rate in args.rates.split(","):
         t0 = time.monotonic()
-        reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, timeout=1800)
+        reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, args.block,
+                                 timeout=1800)
         c = reports[rate]["cluster"]
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "

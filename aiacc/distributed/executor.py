@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import CommError, Plan
+from aiacc.distributed import timeline
 from aiacc.distributed.compression import check as check_compression
 from aiacc.distributed.planning import plan_for
 from aiacc.distributed.process import collective, require
@@ -93,7 +94,7 @@ class PlanExecutor:
         self.tensors: dict[str, torch.Tensor] = {}
         self.left = list(self.pieces)  # pieces of each bucket not yet copied in this step
         self.next = 0  # next bucket (issue order) to start
-        self.works: list[tuple[int, torch.Tensor, Any]] = []
+        self.works: list[tuple[int, torch.Tensor, Any, Any]] = []  # (bucket, wire, work, timeline event)
         self.reduced = [0] * len(self.buckets)  # all-reduces finished per bucket this step (must end at 1)
         self.bytes_step = 0  # bytes handed to dist.all_reduce so far in this step
 
@@ -151,9 +152,12 @@ class PlanExecutor:
             flat = self.flats[pos]
             # fp16 on the wire: already divided by the world size, so the sum does not overflow
             wire = flat.to(self.wire_dtype) if self.wire_dtype is not None and flat.is_floating_point() else flat
+            event = timeline.bucket_started(pos, self._names(self.buckets[pos]), wire.element_size() * wire.numel())
             work = collective(lambda: f"start of all-reduce of bucket {pos} ({self._names(self.buckets[pos])})",
                               lambda: dist.all_reduce(wire, async_op=True))
-            self.works.append((pos, wire, work))
+            if event is not None and hasattr(work, "get_future"):  # hvd.start_timeline: finish time when done
+                work.get_future().add_done_callback(lambda _f, e=event: timeline.bucket_finished(e))
+            self.works.append((pos, wire, work, event))
             self.bytes_step += wire.element_size() * wire.numel()
             self.next += 1
 
@@ -162,18 +166,33 @@ class PlanExecutor:
         names = list(dict.fromkeys(p.grad for p in bucket.pieces))
         return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
-    def wait(self, fill_missing: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Finish the step: gradients never marked ready get `fill_missing(name)` (zeros by default), then
-        wait for every all-reduce; averaged results are in the homes, and copied back into the
-        gradients that were cut into pieces. Returns {name: tensor holding the result}."""
+    def complete(self, fill_missing: Callable[[str], torch.Tensor] | None = None) -> None:
+        """Backward is over: gradients never marked ready get `fill_missing(name)` (zeros by default), and
+        every bucket must then have started its all-reduce (else the step would end unreduced)."""
         if len(self.tensors) < len(self.numel):
             for name, n in self.numel.items():
                 if name not in self.tensors:
                     self.ready(name, fill_missing(name) if fill_missing else torch.zeros(n))
         self._check_started()
+
+    def buckets_of(self, names) -> list[int]:
+        """Issue-order positions of the buckets holding any piece of these gradients."""
+        return sorted({pos for name in names for pos, _ in self.holders.get(name, ())})
+
+    def wait_for(self, positions) -> None:
+        """Finish the all-reduces of these buckets (issue-order positions, all started) now, each once:
+        their averaged results are in the homes, and copied back into gradients cut into pieces (whole
+        once every bucket holding a piece of it has been waited for)."""
         with torch.no_grad():
-            for pos, wire, work in self.works:
+            for pos in positions:
+                if self.reduced[pos]:
+                    continue
+                if pos >= len(self.works) or self.works[pos][0] != pos:
+                    raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) was waited for before "
+                                    f"its all-reduce started")
+                _, wire, work, event = self.works[pos]
                 collective(lambda: f"all-reduce of bucket {pos} ({self._names(self.buckets[pos])})", work.wait)
+                timeline.bucket_finished(event)  # where the transport had no completion callback
                 self.reduced[pos] += 1
                 flat = self.flats[pos]
                 if wire is not flat:
@@ -190,6 +209,14 @@ class PlanExecutor:
                             tmp = dst.reshape(-1).clone()
                             tmp[slot.start:slot.stop].copy_(src)
                             dst.copy_(tmp.view_as(dst))
+
+    def wait(self, fill_missing: Callable[[str], torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Finish the step: `complete(fill_missing)`, then wait for every all-reduce not yet waited for
+        (`wait_for`); averaged results are in the homes, and copied back into the gradients that were cut
+        into pieces. Refuses to end a step in which a bucket was not reduced exactly once. Returns
+        {name: tensor holding the result}."""
+        self.complete(fill_missing)
+        self.wait_for(range(len(self.buckets)))
         bad = [pos for pos, n in enumerate(self.reduced) if n != 1]
         if bad:
             pos = bad[0]
@@ -208,7 +235,7 @@ class PlanExecutor:
             if left != 0:
                 raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) is missing {left} of its "
                                 f"{self.pieces[pos]} pieces at the end of the step")
-        started = [pos for pos, _, _ in self.works]
+        started = [pos for pos, *_ in self.works]
         if started != list(range(len(self.buckets))):
             raise CommError(f"the step started all-reduces of buckets {started}, expected each of the "
                             f"{len(self.buckets)} buckets once, in issue order")

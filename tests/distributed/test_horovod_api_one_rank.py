@@ -85,3 +85,102 @@ def test_plan_for_fp16_cannot_run_uncompressed(hvd):
     with pytest.raises(CommError, match="made for compression 'fp16'"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named,
                                  plan=cut_in_bucket_plan(named, compression="fp16"))
+
+
+class _Branchy(torch.nn.Module):
+    """Nested modules, a parameter owned by the parent, and a branch that skips a layer on odd steps."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8))
+        self.side = torch.nn.Linear(8, 8)
+        self.scale = torch.nn.Parameter(torch.ones(8))
+        self.head = torch.nn.Linear(8, 2)
+        self.skip_side = False
+
+    def forward(self, x):
+        h = self.body(x) * self.scale
+        if not self.skip_side:
+            h = torch.tanh(self.side(h))
+        return self.head(h)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_per_layer_waits_train_exactly_like_step_time_updates(hvd, opt_name, skip):
+    """forward_module: step() defers, each layer's forward pre-hook applies its update. With an LR
+    schedule stepping after step() and zero_grad() before the forward, the parameters are those of plain
+    training; with a layer skipped on some steps (its deferred update then comes from the next backward,
+    or a later forward), those of the engine's step-time updates (which give a gradient-less parameter
+    zeros, as all ranks must reduce the same buckets)."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(6, 4, generator=g), torch.randn(6, 2, generator=g)) for _ in range(7)]
+
+    def make(m):
+        if opt_name == "sgd":
+            return torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+        return torch.optim.Adam(m.parameters(), lr=0.01)
+
+    def train(mode):
+        m = _Branchy()
+        opt = make(m)
+        if mode != "plain":
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters(),
+                                           forward_module=m if mode == "deferred" else None)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        for i, (x, y) in enumerate(batches):
+            m.skip_side = skip and i % 3 == 1
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+            sched.step()
+        if mode == "deferred":
+            assert opt._aiacc_scheduler.pending  # the last update waits for a forward...
+            opt.finish_step()  # ...or for finish_step()
+            assert opt._aiacc_scheduler.pending is None
+        return {k: v.detach().clone() for k, v in m.named_parameters()}
+
+    want, got = train("hvd" if skip else "plain"), train("deferred")
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-6, msg=k)
+    assert any(not torch.equal(got[k], _Branchy().state_dict()[k]) for k in got)  # it trained
+
+
+def test_per_layer_waits_refuse_a_closure(hvd):
+    m = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                   forward_module=m)
+    m(torch.randn(2, 4)).sum().backward()
+    with pytest.raises(CommError, match="cannot take a closure"):
+        opt.step(lambda: 0.0)
+
+
+def test_per_layer_waits_with_a_parameter_read_outside_its_module(hvd):
+    """nn.MultiheadAttention reads its out_proj's weight without calling out_proj: that parameter's update
+    belongs to the attention module's pre-hook (learnt from the first forward), not to a hook that never
+    runs (which would leave it stale in the forward and updated during backward)."""
+    def build():
+        torch.manual_seed(5)
+        return torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
+                                           enable_nested_tensor=False)
+
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(3, 5, 8, generator=g), torch.randn(3, 5, 8, generator=g)) for _ in range(4)]
+
+    def train(deferred):
+        m = build()
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+        if deferred:
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters(), forward_module=m)
+        for x, y in batches:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        if deferred:
+            opt.finish_step()
+        return {k: v.detach().clone() for k, v in m.named_parameters()}
+
+    want, got = train(False), train(True)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-6, msg=k)

@@ -12,7 +12,7 @@ averaged gradients in `.grad`. The Horovod-compatible API (`aiacc.plugins.torch.
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -79,14 +79,15 @@ class GradientScheduler:
     plan: a strategy name ("aiacc", "ddp", "horovod", "bytescheduler", "per-tensor") or a Plan.
     compression: "none" or "fp16" (gradients travel as float16). average: divide the sum by the world
     size. backward_passes_per_step: gradients are communicated once every that many backward passes.
-    model_spec: gradient timing (e.g. from `profile_backward`). Without it, the first step runs a plan
+    model_spec: gradient timing (e.g. from `profile_backward`). sync: what the plan is made for, "step"
+    (the optimizer's step waits for everything) or "layer" (per-layer waits, `attach_forward`). Without it, the first step runs a plan
     made from sizes only while the hooks time the backward; the plan is then remade from that measured
     profile (rank 0's), once.
     """
 
     def __init__(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], *, plan: str | Plan = "aiacc",
                  compression: str = "none", average: bool = True, backward_passes_per_step: int = 1,
-                 model_spec: ModelSpec | None = None):
+                 model_spec: ModelSpec | None = None, sync: str = "step"):
         require()
         compression = check_compression(compression)
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
@@ -105,9 +106,11 @@ class GradientScheduler:
         self.strategy = plan if isinstance(plan, str) else None
         self.profiling = model_spec is None and self.strategy is not None
         self.stamps: dict[str, float] = {}
-        self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec))
+        self.sync = sync  # what the plan is made for: "step" (synchronize) or "layer" (attach_forward)
+        self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec, sync=sync))
         self.passes = backward_passes_per_step
         self.counts = {n: 0 for n, _ in named}
+        self.pending: set[str] | None = None  # parameters whose deferred update waits (attach_forward)
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in named]
 
     def _install(self, planned) -> None:
@@ -118,6 +121,8 @@ class GradientScheduler:
 
     def _hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
+            if self.pending:  # a new backward while updates of the last step wait (a layer skipped forward)
+                self.flush()
             if self.profiling:
                 self.stamps.setdefault(name, time.perf_counter())
             self.counts[name] += 1
@@ -128,9 +133,9 @@ class GradientScheduler:
                     param.grad = home  # later steps accumulate straight into the bucket buffer
         return hook
 
-    def synchronize(self) -> None:
-        """Wait for every all-reduce of this step. A parameter that got no gradient on this rank takes
-        part with zeros (all ranks must run the same collectives) and receives the average."""
+    def _complete(self) -> None:
+        """Backward is over: a parameter that got no gradient on this rank takes part with zeros (all
+        ranks must run the same collectives) and will receive the average; every bucket has started."""
         filled = []
 
         def zeros(name: str) -> torch.Tensor:
@@ -140,17 +145,101 @@ class GradientScheduler:
             filled.append(name)
             return p.grad
 
-        done = self.executor.wait(zeros)
+        self.executor.complete(zeros)
         for name in filled:
             p = self.by_name[name]
-            if done[name].data_ptr() != p.grad.data_ptr():
-                p.grad = done[name]
+            home = self.executor.tensors[name]
+            if home.data_ptr() != p.grad.data_ptr():
+                p.grad = home
+
+    def _finish(self) -> None:
+        """Every all-reduce of the step has been waited for: end the step (the executor's checks), and
+        re-plan once from the profile of the first step."""
+        self.executor.wait()
         self.counts = dict.fromkeys(self.counts, 0)
+        self.pending = None
         if self.profiling:  # every rank re-plans after its first step (rank 0's profile decides)
             self.profiling = False
             spec = spec_from_stamps(self.named, self.stamps)
             self._install(plan_for(self.entries, self.strategy, compression=self.compression,
-                                             model_spec=spec))
+                                   model_spec=spec, sync=self.sync))
+
+    def synchronize(self) -> None:
+        """Wait for every all-reduce of this step; the averaged gradients are in `.grad`."""
+        if self.pending:
+            self.flush()
+            return
+        self._complete()
+        self._finish()
+
+    # -- per-layer waits in the next forward ------------------------------------------------------------
+
+    def attach_forward(self, module: torch.nn.Module, update: Callable[[list[str]], None]) -> None:
+        """Overlap communication with the next forward: `defer()` ends backward without waiting, and a
+        forward pre-hook waits, before a layer runs, only for the buckets holding that layer's parameters,
+        then calls `update(names)` (the optimizer's update of just those parameters).
+
+        A parameter belongs to the module that owns it, or, where that module's own forward never runs
+        (nn.MultiheadAttention reads its out_proj's weight itself), to the nearest enclosing module whose
+        forward does: which modules run is learnt from the forwards before the first deferred step.
+        Whatever is still pending when the next backward starts (a layer skipped in that forward) is
+        applied by `flush()`."""
+        by_id = {id(p): n for n, p in self.named}
+        self.update = update
+        self._owned: list[tuple[list[torch.nn.Module], list[str]]] = []  # (owner and its ancestors, names)
+        parents: dict[int, torch.nn.Module] = {}
+        for m in module.modules():
+            for child in m.children():
+                parents.setdefault(id(child), m)
+        for m in module.modules():
+            names = [by_id[id(p)] for p in m.parameters(recurse=False) if id(p) in by_id]
+            if names:
+                chain = [m]
+                while id(chain[-1]) in parents:
+                    chain.append(parents[id(chain[-1])])
+                self._owned.append((chain, names))
+        self._ran: set[int] | None = set()  # modules whose forward ran (learnt until the first deferral)
+        self._assigned: dict[int, list[str]] = {}
+        for m in module.modules():
+            if any(True for _ in m.parameters()):
+                self.handles.append(m.register_forward_pre_hook(self._before_forward(id(m))))
+
+    def defer(self) -> None:
+        """The step's update is deferred to the next forward: complete the step's gradients (all-reduces
+        started), and mark every parameter as waiting for its update."""
+        self._complete()
+        if self._ran is not None:  # the first deferral: give each parameter to a module whose forward runs
+            for chain, names in self._owned:
+                runner = next((m for m in chain if id(m) in self._ran), None)
+                if runner is not None:  # else: applied by flush() at the next backward
+                    self._assigned.setdefault(id(runner), []).extend(names)
+            self._ran = None
+        self.pending = set(self.by_name)
+
+    def _before_forward(self, key: int):
+        def hook(module, args) -> None:
+            if self._ran is not None:
+                self._ran.add(key)
+            if not self.pending:
+                return
+            mine = [n for n in self._assigned.get(key, ()) if n in self.pending]
+            if mine:
+                self.executor.wait_for(self.executor.buckets_of(mine))
+                self.pending.difference_update(mine)
+                self.update(mine)
+                if not self.pending:
+                    self._finish()
+        return hook
+
+    def flush(self) -> None:
+        """Apply every deferred update now (all its all-reduces waited for) and end the step."""
+        if not self.pending:
+            return
+        mine = [n for n in self.by_name if n in self.pending]
+        self.executor.wait_for(self.executor.buckets_of(mine))
+        self.pending.clear()
+        self.update(mine)
+        self._finish()
 
     def remove(self) -> None:
         for h in self.handles:

@@ -96,6 +96,31 @@ def worker(mode, out):
             results[f"{label}/bytes"] = np.array(opt._aiacc_scheduler.executor.bytes_last_step)
             results[f"{label}/cut"] = np.array(any(not slot.whole for slots in opt._aiacc_scheduler.executor.slots
                                                    for slot in slots))
+        # per-layer waits in the next forward (forward_module): step() defers, each layer's pre-hook waits
+        # for its buckets and updates its parameters; the result must still be single-process training's
+        from tests.distributed._plans import cut_in_bucket_plan
+        for label, make_plan in (("per-layer", lambda named: "aiacc"), ("per-layer-cut", cut_in_bucket_plan)):
+            model = build(100 + r)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            named = list(model.named_parameters())
+            opt = hvd.DistributedOptimizer(opt, named_parameters=named, plan=make_plan(named), forward_module=model)
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(opt, root_rank=0)
+            per = GLOBAL_BATCH // n
+            deferred, applied = [], []
+            for x, y in data():
+                opt.zero_grad()
+                pred = model(x[r * per:(r + 1) * per])  # the pre-hooks apply the last step's updates here
+                applied.append(opt._aiacc_scheduler.pending is None)
+                torch.nn.functional.mse_loss(pred, y[r * per:(r + 1) * per]).backward()
+                before = [p.detach().clone() for p in model.parameters()]
+                opt.step()
+                deferred.append(all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+                                and opt._aiacc_scheduler.pending == {k for k, _ in named})
+            opt.finish_step()
+            results[f"{label}/deferred"] = np.array(deferred)
+            results[f"{label}/applied"] = np.array(applied)
+            results.update({f"{label}/{k}": p.detach().numpy().copy() for k, p in model.named_parameters()})
         results["allreduce"] = hvd.allreduce(torch.tensor([float(r + 1)])).numpy()
         results["allgather"] = hvd.allgather(torch.arange(r + 1)).numpy()
         # ranks holding different parameters: every rank gets a clear error, and the job goes on
@@ -169,6 +194,11 @@ def _check_training(ranks, whole):
         assert not all(np.array_equal(r0[f"{fp16}/{k}"], r0[f"{fp32}/{k}"]) for k in ref), fp16
     assert (r0["partitioned/views"] < len(ref)).all()  # tensors cut over buckets are copied back instead
     assert int(r0["partitioned/buckets"]) > len(ref)  # tensors really were cut into pieces
+    for label in ("per-layer", "per-layer-cut"):  # updates deferred to the next forward, per layer
+        for k, want in ref.items():
+            np.testing.assert_array_equal(r0[f"{label}/{k}"], r1[f"{label}/{k}"], err_msg=f"{label}: {k} differs")
+            np.testing.assert_allclose(r0[f"{label}/{k}"], want, rtol=1e-5, atol=1e-5, err_msg=f"{label}: {k}")
+        assert r0[f"{label}/deferred"].all() and r0[f"{label}/applied"].all(), label
     np.testing.assert_allclose(r0["allreduce"], [1.5])
     np.testing.assert_array_equal(r0["allgather"], [0, 0, 1])
 
