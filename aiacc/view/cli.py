@@ -25,7 +25,11 @@ def cmd_view(args) -> int:
         raise UnsupportedError("give a MODEL file or --example NAME")
     dims = {}
     for item in args.bind or ():
-        key, _, val = item.partition("=")
+        key, sep, val = item.partition("=")
+        if not sep or not val.strip().isdigit():
+            from aiacc.errors import UnsupportedError
+
+            raise UnsupportedError(f"--bind expects SYMBOL=INT, got {item!r}")
         dims[key.strip()] = int(val)
     path = view(model, optimize=args.optimize, output=args.output, level=args.level, dims=dims,
                 data_parallel=args.data_parallel, strategy=args.strategy, network_gbps=args.gbps,
