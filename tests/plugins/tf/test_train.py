@@ -66,6 +66,9 @@ def test_variables_are_the_originals_and_the_report_says_what_training_skips():
     assert graph.meta["tf_mode"] == "train"
     # no parameter became a constant: every variable is a graph input, none was folded into an initializer
     assert len([v for v in graph.inputs if v.name.startswith("var_")]) == len(m.variables)
+    # fusions valid in training ran on the variables: GELU into the Dense (FusedGemm), Keras LayerNorm
+    ops = graph.op_histogram()
+    assert ops.get("LayerNormalization") == 1 and ops.get("aiacc::FusedGemm") == 1, ops
     kernel_shape = tuple(m.layers[0].kernel.shape)
     assert not any(v.shape in (kernel_shape, kernel_shape[::-1]) for v in graph.initializers.values())
 

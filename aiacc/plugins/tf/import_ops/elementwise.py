@@ -20,9 +20,21 @@ def _const(imp: GraphImporter, tfop):
 
 @handlers.register("Identity", "StopGradient", "Snapshot", "PreventGradient", "EnsureShape", "CheckNumerics")
 def _identity(imp, tfop):
-    if imp.training and tfop.type in ("StopGradient", "PreventGradient"):
+    if imp.training and tfop.type in ("StopGradient", "PreventGradient") and not _moments_shift(tfop):
         raise Untranslatable("stops gradients in training: kept as the TF op")
     return [imp.entry(tfop.inputs[0])]
+
+
+def _moments_shift(tfop) -> bool:
+    """tf.nn.moments' variance, SquaredDifference(x, StopGradient(Mean(x))): the gradient through the
+    stopped mean is mean(x - mean(x)) = 0, so dropping the StopGradient leaves gradients unchanged (and lets
+    LayerNorm/BatchNorm recognition see the plain pattern)."""
+    src = tfop.inputs[0].op
+    users = tfop.outputs[0].consumers()
+    if tfop.type != "StopGradient" or src.type != "Mean" or not users:
+        return False
+    x = src.inputs[0]
+    return all(u.type == "SquaredDifference" and x in list(u.inputs) for u in users)
 
 
 @handlers.register("IdentityN")
