@@ -41,6 +41,7 @@ class Exporter:
         self.blob_values: dict[str, list[Value]] = {}
         self.done: set[int] = set()  # ids of nodes emitted or absorbed
         self.layer_names: set[str] = set()
+        self.output_blobs: dict[int, str] = {}  # id(graph output value) -> the original net's blob name
 
     # -- helpers -----------------------------------------------------------------------------------
     def unsupported(self, node: Node, why: str) -> UnsupportedError:
@@ -91,6 +92,9 @@ class Exporter:
         layer.bottom.extend(self.blob_of(b, node) for b in bottoms)
         for t in tops:
             blob = layer.bottom[0] if inplace and self.can_inplace(bottoms[0], node) else t.name
+            wanted = self.output_blobs.get(id(t))
+            if wanted is not None and blob != wanted and wanted not in self.blob_values:
+                blob = wanted  # a graph output keeps the original net's blob name (not a fused layer's)
             self.bind(t, blob)
             layer.top.append(blob)
         self.done.add(id(node))
@@ -114,6 +118,10 @@ class Exporter:
             layer.top.append(v.name)
             layer.input_param.shape.add().dim.extend(shape)
             self.bind(v, v.name)
+        # the original net's output blob names (the importer records them), by position
+        names = self.g.meta.get("caffe_outputs")
+        if names is not None and len(names) == len(self.g.outputs):
+            self.output_blobs = {id(v): b for v, b in zip(self.g.outputs, names) if v.producer is not None}
         self._plan_flatten_aliases()
         for node in self.g:
             if id(node) in self.done:

@@ -61,6 +61,10 @@ class CaffePlugin(Plugin):
             model = _model(model)
         return list(model.forward(**model.feeds(example_inputs)).values())
 
+    def output_names(self, model: Any) -> list[str]:
+        """The output blob names `forward` returns (a CaffeModel's or an OrtCaffeModel's)."""
+        return list(model.outputs)
+
     def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
         """A CaffeModel runs in OpenCV dnn where OpenCV is installed, else (and an OrtCaffeModel always)
         its own forward()."""
