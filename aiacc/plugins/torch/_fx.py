@@ -42,6 +42,7 @@ class AiaccTracer(fx.Tracer):
         self._env: dict[fx.Node, Any] = {}  # example values of the nodes traced so far (filled on demand)
         self._saved_state: tuple | None = None
         self.given: set[str] | None = None  # the forward parameters the example call passes (None: all)
+        self.returned_spec: pytree.TreeSpec | None = None
 
     # -- control flow on sizes, dtypes and ranks ------------------------------------------------------
     def to_bool(self, obj: Proxy) -> bool:
@@ -104,6 +105,20 @@ class AiaccTracer(fx.Tracer):
             self._saved_state = None
 
     def create_args_for_root(self, root_fn, is_module, concrete_args=None):
+        """fx's, with the two changes below (_create_args_for_root), and the forward's own return structure
+        remembered (`returned_spec`): fx records a returned dict subclass (a transformers ModelOutput, an
+        OrderedDict) as a plain dict."""
+        fn, args = self._create_args_for_root(root_fn, is_module, concrete_args)
+
+        def call(*a, **k):
+            out = fn(*a, **k)
+            leaves, spec = pytree.tree_flatten(out)
+            # a container pytree does not know (an unregistered dict subclass) is one leaf: no structure
+            self.returned_spec = None if any(isinstance(x, (dict, list, tuple)) for x in leaves) else spec
+            return out
+        return call, args
+
+    def _create_args_for_root(self, root_fn, is_module, concrete_args=None):
         """fx hands `*args` to the forward as one proxy that cannot be iterated; with `var_args` (the example
         call's *args and **kwargs, by parameter name) each element gets its own getitem of the "*args"
         placeholder, so `f(*xs)` and `for x in xs` trace with the example's arity."""
@@ -379,7 +394,9 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     try:
         with capture_autograd_functions(tracer), proxy_patches(tracer):
             graph = tracer.trace(module, concrete_args=concrete_args)
-        return fx.GraphModule(tracer.root, graph, type(module).__name__), tracer.forced_leaves
+        gm = fx.GraphModule(tracer.root, graph, type(module).__name__)
+        gm.meta["aiacc.returned_spec"] = tracer.returned_spec
+        return gm, tracer.forced_leaves
     except Exception as e:  # noqa: BLE001
         why = f"{type(e).__name__}: {e}".split("\n")[0][:200]
     finally:

@@ -240,13 +240,27 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
         result = values[0] if len(values) == 1 else tuple(values)
     else:
         spec, leaves = out_meta
-        result = pytree.tree_unflatten([values[x] if kind == "value" else x for kind, x in leaves], spec)
+        flat = [values[x] if kind == "value" else x for kind, x in leaves]
+        if _plain_spec(spec):
+            result = pytree.tree_unflatten(flat, spec)
+        else:
+            # a returned dataclass or dict subclass (transformers' ModelOutput, OrderedDict): fx would write it
+            # as a plain dict, so the forward rebuilds it from its tree spec (an attribute of the module)
+            b.root.aiacc_output_spec = spec
+            result = b.call(pytree.tree_unflatten, flat, b.fx.get_attr("aiacc_output_spec"))
     b.fx.output(result)
     b.fx.lint()
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
     gm.train(graph.meta.get("torch.mode") == "train")
     return gm
+
+
+def _plain_spec(spec: Any) -> bool:
+    """Whether a tree spec has only the containers fx writes as literals (tuple, list, dict, leaves)."""
+    if spec.type not in (None, tuple, list, dict):
+        return False
+    return all(_plain_spec(c) for c in spec.children_specs)
 
 
 def _maybe_4d(v: Value | None) -> bool:

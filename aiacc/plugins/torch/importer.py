@@ -286,10 +286,10 @@ class Importer:
             elif n.op == "output":
                 leaves, spec = pytree.tree_flatten(_plain(fx.node.map_arg(n.args[0], lambda a: env[a])))
                 # fx records a returned dict subclass (a transformers ModelOutput, an OrderedDict) as a plain
-                # dict: the example run's own result has the structure the model returns
-                returned = pytree.tree_flatten(_plain(example.get(n)))
-                if len(returned[0]) == len(leaves) and returned[1] != spec:
-                    spec = returned[1]
+                # dict: the tracer remembered the structure the forward returned
+                returned = gm.meta.get("aiacc.returned_spec")
+                if returned is not None and returned.num_leaves == len(leaves) and returned != spec:
+                    spec = returned
                 out_leaves = []
                 for leaf in leaves:
                     if isinstance(leaf, Value):
