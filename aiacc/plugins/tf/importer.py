@@ -345,7 +345,7 @@ class GraphImporter:
         Returns {resource tensor name: input value}."""
         tfm = tf()
         by_handle = {id(_handle(v)): k for k, v in enumerate(self.variables)}
-        start, table = {}, []
+        start, table, arrays = {}, [], {}
         for external, internal in cf.graph.captures:
             if internal.dtype != tfm.resource:
                 self.env[internal.name] = Entry(self.init(external.numpy(), internal.op.name))
@@ -363,8 +363,10 @@ class GraphImporter:
                                  tuple(int(d) for d in var.shape))
             start[internal.name] = v
             table.append((v.name, k, bool(var.trainable)))
+            arrays[v.name] = np.asarray(var.numpy())  # the reference executor's feeds (debug, culprit search)
         self.var_current = dict(start)
         self.g.meta["tf_variables"] = table
+        self.g.meta["tf_variable_arrays"] = arrays
         return start
 
     def _state_outputs(self, start: dict[str, Value], n_data: int) -> None:

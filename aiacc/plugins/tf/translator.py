@@ -110,6 +110,14 @@ class TFPlugin(Plugin):
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         xs = _as_list(example_inputs)
+        if graph.meta.get("tf_mode") == "train":  # data inputs, then the variables' values
+            arrays = graph.meta.get("tf_variable_arrays", {})
+            data = graph.inputs[:graph.meta["tf_data_inputs"]]
+            if len(xs) != len(data):
+                raise ShapeError(f"graph {graph.name} has {len(data)} data inputs, {len(xs)} were given")
+            feeds = {v.name: np.asarray(x) for v, x in zip(data, xs)}
+            feeds.update({k: a for k, a in arrays.items() if graph.has_value(k)})
+            return feeds
         if len(xs) != len(graph.inputs):
             raise ShapeError(f"graph {graph.name} has {len(graph.inputs)} inputs, {len(xs)} were given")
         return {v.name: np.asarray(x) for v, x in zip(graph.inputs, xs)}
