@@ -52,7 +52,7 @@ def check_whole_and_verified(model, x, fresh, opaque_ops=()):
 
 
 @needs_tv
-@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny"])
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t"])
 def test_torchvision_classification(name):
     check_whole_and_verified(*M.tv_model(name, 64))
 

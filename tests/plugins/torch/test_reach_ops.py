@@ -177,3 +177,12 @@ def test_a_crashing_converter_leaves_its_node_opaque_with_a_warning(monkeypatch)
         warnings.simplefilter("ignore")
         fast = aiacc.optimize(M(), (x,))
     assert torch.allclose(fast(x), M()(x))
+
+
+class _Roll(nn.Module):
+    def forward(self, x):  # Swin's shifted windows
+        return torch.roll(x, shifts=(-2, 3), dims=(1, 2)) + x.roll(1, 3)
+
+
+def test_roll():
+    _check(_Roll(), (torch.randn(2, 5, 6, 3),), (torch.randn(2, 5, 6, 3),))

@@ -8,7 +8,7 @@ fills them; the importer never imports its tables (the plugin does, see translat
   reduce       reductions and statistics
   elementwise  arithmetic, activations, comparisons and logic, max / min
   attention    scaled dot-product attention, MultiheadAttention, Transformer encoder layers (fx leaves)
-  indexing     tensor indexing, gather, cumsum, torchvision's stochastic_depth
+  indexing     tensor indexing, gather, cumsum, roll, torchvision's stochastic_depth
   aten         aten OpOverloads (torch.export programs) whose arguments differ from the torch function
 """
 from aiacc.plugins.torch.import_ops import (common, nn, shape, reduce, elementwise, attention,  # noqa: F401

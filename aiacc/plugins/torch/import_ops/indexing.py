@@ -136,3 +136,29 @@ def _stochastic_depth(imp, x, p, mode, training=True):
         return imp.op("Identity", x)
     raise Untranslatable("stochastic_depth in training draws a random mask")
 
+
+
+@FUNCTIONS.register(torch.roll)
+@METHODS.register("roll")
+def _roll(imp, x, shifts, dims=None):
+    """torch.roll on static shapes: per rolled axis, the last `shift` elements moved to the front (a Slice of
+    each part and a Concat)."""
+    x = tensor(x)
+    if dims is None:
+        raise Untranslatable("roll of the flattened tensor")
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(shifts) != len(dims):
+        raise Untranslatable("roll with as many shifts as dims")
+    shape = imp.shape_of(x)
+    y = x
+    for shift, dim in zip(shifts, dims):
+        axis = norm_axis(int(dim), rank(x))
+        n = shape[axis]
+        k = int(shift) % n if n else 0
+        if k == 0:
+            continue
+        tail = imp.op("Slice", y, imp.ints([n - k]), imp.ints([n]), imp.ints([axis]))
+        head = imp.op("Slice", y, imp.ints([0]), imp.ints([n - k]), imp.ints([axis]))
+        y = imp.op("Concat", tail, head, axis=axis)
+    return y
