@@ -70,6 +70,17 @@ def input_signature(graph: Graph) -> list:
         return specs
 
 
+def lowerable_copy(graph: Graph) -> Graph:
+    """A copy of `graph` in which fused ops TF has no fused form for are the ops they stand for (the module
+    keeps its own graph); an aiacc error naming the first node that has no TensorFlow lowering at all."""
+    decomposed, _ = decompose_fused(graph, keep=has_emitter)
+    graph = decomposed if decomposed is not graph else graph.copy()
+    for node in graph:
+        if not has_emitter(node):
+            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
+    return graph
+
+
 def export_graph(graph: Graph, original: Any = None) -> Any:
     """A tf.Module running `graph`; `module(*inputs)` returns the outputs in the original structure. A
     training-mode graph (graph.meta["tf_mode"] == "train") becomes a step on the original's own variables
@@ -79,12 +90,7 @@ def export_graph(graph: Graph, original: Any = None) -> Any:
 
         return export_training(graph, original)
     tfm = tf()
-    # fused ops TF has no fused form for become the ops they stand for (in a copy: the module keeps its graph)
-    decomposed, _ = decompose_fused(graph, keep=has_emitter)
-    graph = decomposed if decomposed is not graph else graph.copy()
-    for node in graph:
-        if not has_emitter(node):
-            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
+    graph = lowerable_copy(graph)
     specs = input_signature(graph)
     structure = graph.meta.get("tf_output_structure")
 

@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.core.translate import decompose_fused
 from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins.tf._tf import tf
-from aiacc.plugins.tf.exporter import Emitter, Untracked, has_emitter, input_signature, module_name, pack_outputs
+from aiacc.plugins.tf.exporter import Emitter, Untracked, input_signature, lowerable_copy, module_name, pack_outputs
 from aiacc.plugins.tf.importer import _is_keras_model, model_variables
 
 # set while optimize(mode="train") verifies: the variables restored after each run
@@ -35,11 +34,7 @@ def step_function(graph: Graph, variables: list) -> Any:
     """The tf.function (flat data inputs -> outputs in the original structure) of a training-mode graph:
     reads the variables, runs the graph, assigns the updated state back."""
     tfm = tf()
-    decomposed, _ = decompose_fused(graph, keep=has_emitter)
-    graph = decomposed if decomposed is not graph else graph.copy()
-    for node in graph:
-        if not has_emitter(node):
-            raise UnsupportedError(f"node {node.name} ({node.qualified_op}) has no TensorFlow lowering")
+    graph = lowerable_copy(graph)
     n_data = graph.meta["tf_data_inputs"]
     n_model = graph.meta["tf_model_outputs"]
     by_input = {name: k for name, k, _ in graph.meta["tf_variables"]}
