@@ -130,8 +130,7 @@ def onnx_models(draw):
                 b.node("Transpose", [t], s, perm=[int(i) for i in inv])
         elif kind == "reshape":
             target = (s[0], int(np.prod(s[1:]))) if draw(st.booleans()) else (int(np.prod(s)),)
-            b.node("Reshape", [src, b.const_int(target) if hasattr(b, "const_int") else _int_const(b, target)],
-                   target)
+            b.node("Reshape", [src, _int_const(b, target)], target)
         elif kind == "concat":
             same = [n for n, t in b.values if t == s]
             axis = draw(st.integers(-len(s), len(s) - 1))

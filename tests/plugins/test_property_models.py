@@ -47,9 +47,9 @@ def _close(expected, actual, what):
 
 @st.composite
 def architectures(draw):
-    """A list of layer specs on an NCHW image, ending in a dense head: (kind, params)."""
+    """A list of layer specs on an NCHW image, ending in a dense head: (kind, params). The image size is
+    drawn separately (`cases`); `_valid` rejects the sizes the layers would shrink below one pixel."""
     c = draw(st.integers(1, 4))
-    size = draw(st.integers(4, 9))
     layers = []
     for _ in range(draw(st.integers(1, 5))):
         kind = draw(st.sampled_from(["conv", "conv", "bn", "act", "pool", "residual"]))
@@ -59,22 +59,17 @@ def architectures(draw):
             out = groups * draw(st.integers(1, 3))
             layers.append(("conv", dict(cin=c, cout=out, k=k, pad=k // 2 if draw(st.booleans()) else 0,
                                         groups=groups, bias=draw(st.booleans()))))
-            size = size if layers[-1][1]["pad"] or k == 1 else size - k + 1
             c = out
         elif kind == "bn":
             layers.append(("bn", dict(c=c)))
         elif kind == "act":
             layers.append(("act", dict(fn=draw(st.sampled_from(["relu", "sigmoid", "tanh"])))))
-        elif kind == "pool" and size >= 2:
+        elif kind == "pool":
             layers.append(("pool", dict(fn=draw(st.sampled_from(["max", "avg"])))))
-            size //= 2
         elif kind == "residual":  # x + act(conv3x3(x)), channels kept
             layers.append(("residual", dict(c=c)))
-        if size < 1:
-            break
     units = draw(st.integers(1, 5))
-    return dict(c_in=layers[0][1].get("cin", c) if layers and layers[0][0] == "conv" else None,
-                layers=layers, c_out=c, size=size, units=units, seed=draw(st.integers(0, 2 ** 16)))
+    return dict(layers=layers, c_out=c, units=units, seed=draw(st.integers(0, 2 ** 16)))
 
 
 def _input_channels(arch) -> int:
@@ -123,7 +118,8 @@ def _torch_model(arch):
 
 
 @st.composite
-def torch_cases(draw):
+def cases(draw):
+    """(architecture, image size)."""
     arch = draw(architectures())
     return arch, draw(st.integers(4, 9))
 
@@ -140,7 +136,7 @@ def _valid(arch, size) -> bool:
 
 
 @_ci_examples()
-@given(torch_cases())
+@given(cases())
 def test_random_torch_models(case):
     torch = pytest.importorskip("torch")
     arch, size = case
@@ -163,7 +159,7 @@ def test_random_torch_models(case):
 # -- Keras -----------------------------------------------------------------------------------------------------
 
 @_ci_examples(4)
-@given(torch_cases())
+@given(cases())
 def test_random_keras_models(case):
     tf = pytest.importorskip("tensorflow")
     keras = tf.keras
@@ -206,7 +202,7 @@ def test_random_keras_models(case):
 # -- Gluon -----------------------------------------------------------------------------------------------------
 
 @_ci_examples(4)
-@given(torch_cases())
+@given(cases())
 def test_random_gluon_models(case):
     from aiacc.plugins.mxnet._import import import_mxnet
 
@@ -309,7 +305,7 @@ def _prototxt(arch, size) -> tuple[str, list[str]]:
 
 
 @_ci_examples()
-@given(torch_cases())
+@given(cases())
 def test_random_caffe_nets(case):
     from aiacc.plugins.caffe import CaffeModel
 
