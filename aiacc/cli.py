@@ -342,7 +342,10 @@ def cmd_optimize(args) -> int:
         opts["disable"] = args.disable
     if args.debug:
         opts["debug"] = True
-    report = optimize_file(args.model, args.output, **opts)
+    from aiacc import progress
+
+    with progress.task(f"optimize {os.path.basename(args.model)}"):  # drawn on a terminal only
+        report = optimize_file(args.model, args.output, **opts)
     if report.passes is not None and not args.quiet:
         _console().print(report.passes.table())
     return 0

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from aiacc import zoo
+from aiacc import progress, zoo
 from aiacc.errors import AiaccError, UnsupportedError
 from aiacc.plugins import get_plugin
 from aiacc.plugins.base import to_numpy_list  # noqa: F401  (the demo's helpers, shared with benchmarks)
@@ -243,7 +243,6 @@ def run_demo(frameworks: Sequence[str] = DEMO_FRAMEWORKS, models: Sequence[str] 
     """The main job: every (installed framework, model) through demo_one, with a progress display; prints
     the skipped frameworks, the failures and the table; returns the results."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     console = console or Console(width=None if sys.stdout.isatty() else 150)
@@ -267,18 +266,15 @@ def run_demo(frameworks: Sequence[str] = DEMO_FRAMEWORKS, models: Sequence[str] 
             else:
                 notes.append(f"skipped {name} for {fw}: {zoo.UNAVAILABLE[fw, name]}")
     results = []
-    with Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} models"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=len(jobs))
+    # the bar is drawn only on a terminal (aiacc.progress); the per-model lines are printed either way
+    with progress.use_console(console), progress.task("demo", total=len(jobs)) as shown:
         for fw, name in jobs:
             res = demo_one(fw, name, batch=batch, size=size, seq=seq, iters=iters, warmup=warmup,
-                           backends=backends, level=level,
-                           step=lambda s: progress.update(task, description=s))
+                           backends=backends, level=level, step=shown.update)
             results.append(res)
-            progress.advance(task)
+            shown.advance()
             status = "[green]pass[/green]" if res.passed else "[red]FAIL[/red]"
-            progress.console.print(f"{fw} {name}: {status}")
+            console.print(f"{fw} {name}: {status}")
     for note in notes:
         console.print(f"[yellow]{note}[/yellow]")
     console.print(results_table(results, batch=batch, size=size, seq=seq, backends=backends))

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import aiacc  # noqa: E402
-from aiacc import zoo  # noqa: E402
+from aiacc import progress, zoo  # noqa: E402
 from aiacc.demo import max_rel_error, median_ms, opencv_runner, runner, set_threads, time_interleaved  # noqa: E402
 
 FRAMEWORKS = ("torch", "tf", "mxnet", "caffe")
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
             feats = import_mxnet().runtime.Features()
             console.print(f"mxnet {import_mxnet().__version__}: MKLDNN "
                           f"{'on' if feats.is_enabled('MKLDNN') else 'off'} in this build")
-        for name in models:
+        for name in progress.track(models, f"benchmark {fw}"):
             if not zoo.has(fw, name):
                 console.print(f"[yellow]skipped {name} for {fw}: {zoo.UNAVAILABLE[fw, name]}[/yellow]")
                 continue

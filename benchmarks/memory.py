@@ -27,6 +27,7 @@ from rich.table import Table  # noqa: E402
 from aiacc.core import check_plan, plan_memory  # noqa: E402
 from aiacc.core.memory import MemoryProblem, schedule_bound  # noqa: E402
 from aiacc.zoo import ir_models as zoo  # noqa: E402
+from aiacc import progress  # noqa: E402
 
 MIB = 1 << 20
 
@@ -39,7 +40,7 @@ def inference_table(quick: bool) -> Table:
     models = dict(zoo.SMALL if quick else zoo.FULL)
     if not quick:  # long sequences: the attention scores dominate and the order of Q, K, V matters
         models["bert_encoder seq512"] = lambda: zoo.bert_encoder(seq=512)
-    for name, build in models.items():
+    for name, build in progress.track(list(models.items()), "memory plans", label=lambda item: item[0]):
         g = build()
         t0 = time.perf_counter()
         plan = plan_memory(g, dims={"N": 1})

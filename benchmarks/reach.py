@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch  # noqa: E402
 
 from tests.reach import _models as M  # noqa: E402
+from aiacc import progress  # noqa: E402
 
 TV = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t", "maxvit_t",
       "regnet_y_400mf", "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "googlenet", "mnasnet0_5",
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     rows = []
-    for label, build in sample():
+    for label, build in progress.track(sample(), "reach", label=lambda item: item[0]):
         if args.only and not any(s in label for s in args.only.split(",")):
             continue
         r = one(label, build, not args.trace_only)

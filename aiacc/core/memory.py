@@ -10,10 +10,13 @@ Terms (all sizes rounded up to `alignment`, because every offset is aligned):
 - lifetime of a value: [position of its producer, position of its last reader] on the schedule, both
   inclusive (a kernel reads its inputs while it writes its outputs); graph outputs live to the end.
 - in-place: a single-output node whose input dies at that node may write its output over that input's
-  memory when the op allows it: elementwise ops (`schema.elementwise`) with an input of the output's shape
-  and dtype, inference BatchNormalization (a per-channel affine map), and the reshaping ops (Reshape,
-  Flatten, Squeeze, Unsqueeze, Identity) whose output is the same bytes. Values chained this way form one
-  buffer.
+  memory when the op's aliasing rule (`inplace_inputs`) allows that input: elementwise ops
+  (`schema.elementwise`) any input of the output's shape and dtype, except the variadic Sum / Max / Min /
+  Mean, whose kernels fold inputs 2.. into the output after writing it (only inputs 0 and 1); inference
+  BatchNormalization (a per-channel affine map) its input 0; the reshaping ops (Reshape, Flatten, Squeeze,
+  Unsqueeze, Identity) their data input, whose bytes the output is. An input also read at a position the
+  rule does not allow is never taken over. Values chained this way form one buffer. The planner and
+  `check_plan` use the same rule.
 - lower bound: the largest total size of buffers live at one step of the schedule. No arena for that
   schedule can be smaller.
 - naive: every intermediate in its own buffer (the sum of all sizes).
@@ -32,9 +35,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from aiacc import progress
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.errors import ShapeError, VerificationError
 
+#: plan_memory shows progress (in a terminal) from this many nodes on
+PROGRESS_NODES = 300
 #: ops whose output is the input's bytes reinterpreted (no computation)
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
@@ -156,6 +162,11 @@ class MemoryProblem:
                    cand, alignment)
 
 
+#: variadic elementwise ops whose kernels write f(x0, x1) into the output, then fold x2, x3, ... into it:
+#: an output over x2.. would be overwritten before it is read (aiacc.core.runtime.arena's ufunc kernel)
+FOLDING_OPS = frozenset({"Sum", "Max", "Min", "Mean"})
+
+
 def inplace_kind(node: Node) -> str | None:
     """How `node` may reuse an input's memory for its output: "alias" (same bytes), "elementwise", or None."""
     if len(node.outputs) != 1:
@@ -172,16 +183,38 @@ def inplace_kind(node: Node) -> str | None:
     return None
 
 
+def inplace_inputs(node: Node) -> tuple[int, ...]:
+    """The aliasing rule of `node`'s op: the input positions whose memory its output may take over (every
+    kernel that may run the node, into-kernel, chunked or reference, is safe with the output there).
+    Empty when the op never works in place. Shape and dtype are checked separately (`may_take_over`)."""
+    kind = inplace_kind(node)
+    if kind is None:
+        return ()
+    if kind == "alias" or (node.domain == "" and node.op == "BatchNormalization"):
+        return (0,)
+    if node.domain == "" and node.op in FOLDING_OPS:
+        return tuple(range(min(2, len(node.inputs))))
+    return tuple(range(len(node.inputs)))
+
+
+def may_take_over(node: Node, value: Value) -> bool:
+    """Whether `node`'s output may live in `value`'s memory by its op's rule: `value` is an input at an
+    allowed position and at no other (a kernel reading it elsewhere would see its own output)."""
+    allowed = inplace_inputs(node)
+    at = [k for k, v in enumerate(node.inputs) if v is value]
+    return bool(at) and all(k in allowed for k in at)
+
+
 def _inplace_inputs(node: Node, index: dict[int, int], types: Mapping[str, TensorType]) -> list[int]:
     kind = inplace_kind(node)
     if kind is None:
         return []
     out_t = types.get(node.outputs[0].name)
     out: list[int] = []
-    inputs = node.inputs[:1] if kind == "alias" or node.op == "BatchNormalization" else node.inputs
-    for v in inputs:
+    for k in inplace_inputs(node):
+        v = node.inputs[k]
         j = None if v is None else index.get(id(v))
-        if j is None:
+        if j is None or j in out or not may_take_over(node, v):
             continue
         t = types.get(v.name)
         if kind == "alias":
@@ -434,13 +467,24 @@ def plan_memory(graph: Graph, alignment: int = 64, *, dims: Mapping[str, int] | 
     from aiacc.core.memory_schedule import search_schedule
 
     t0 = time.perf_counter()
-    p = MemoryProblem.build(graph, alignment, dims)
-    import_order = list(range(len(p.nodes)))
-    orders = [("import order", import_order)]
-    if search and p.nodes:
-        found = search_schedule(p, beam=beam, inplace=inplace)
-        if found != import_order:
-            orders.append(("search", found))
+    big = len(graph) >= PROGRESS_NODES
+    with progress.task(f"memory plan of {len(graph)} nodes", total=3, when=big) as shown:
+        shown.update("lifetimes")
+        p = MemoryProblem.build(graph, alignment, dims)
+        import_order = list(range(len(p.nodes)))
+        orders = [("import order", import_order)]
+        shown.update("schedule search", advance=1)
+        if search and p.nodes:
+            found = search_schedule(p, beam=beam, inplace=inplace)
+            if found != import_order:
+                orders.append(("search", found))
+        shown.update("offsets", advance=1)
+        best = _best_candidate(p, orders, inplace)
+    return _make_plan(graph, p, best, import_order, alignment, inplace, dims, t0)
+
+
+def _best_candidate(p: MemoryProblem, orders, inplace: bool):
+    """Offsets for each candidate schedule; the one with the smallest arena (ties: smaller bound)."""
     best = None
     candidates = []
     for source, order in orders:
@@ -452,6 +496,13 @@ def plan_memory(graph: Graph, alignment: int = 64, *, dims: Mapping[str, int] | 
         candidates.append(Candidate(source, inplace, bound, arena))
         if best is None or (arena, bound) < (best[0], best[1]):
             best = (arena, bound, source, order, lt, bufs, ordering, prof)
+    return best, candidates
+
+
+def _make_plan(graph: Graph, p: MemoryProblem, found, import_order, alignment: int, inplace: bool, dims,
+               t0: float) -> "MemoryPlan":
+    """The MemoryPlan of the chosen candidate."""
+    best, candidates = found
     arena, bound, source, order, lt, bufs, ordering, prof = best
     offset = {b.id: b.offset for b in bufs}
     allocations = {}
@@ -482,7 +533,7 @@ def check_plan(plan: MemoryPlan) -> None:
     - every intermediate value has an aligned allocation inside the arena, of its exact size;
     - two values whose lifetimes overlap never overlap in memory, except a value and the input it takes
       over in place: same offset, the input dies at the very node that defines the value, and that node
-      is allowed to work in place (`inplace_kind`).
+      may write over that input by its op's aliasing rule (`inplace_inputs`, `may_take_over`).
 
     Raises VerificationError naming the first pair at fault.
     """
@@ -525,14 +576,20 @@ def check_plan(plan: MemoryPlan) -> None:
                 break
             if lo1 < hi2 and lo2 < hi1:
                 # lifetimes overlap and memory overlaps: only an in-place hand-over is allowed
-                ok = (e1 == s2 and lo1 == lo2 and v2.producer is not None and inplace_kind(v2.producer)
-                      and any(u is v1 for u in v2.producer.inputs) and id(v1) not in outs
+                ok = (e1 == s2 and lo1 == lo2 and v2.producer is not None and may_take_over(v2.producer, v1)
+                      and id(v1) not in outs
                       and plan.allocations[v2.name].shares == v1.name)
                 if not ok:
+                    node = v2.producer
+                    why = ""
+                    if node is not None and any(u is v1 for u in node.inputs) and not may_take_over(node, v1):
+                        allowed = ", ".join(map(str, inplace_inputs(node))) or "none"
+                        why = (f"; node {node.name} ({node.qualified_op}) may not write its output over input "
+                               f"%{v1.name} (inputs it may overwrite: {allowed})")
                     raise VerificationError(
                         f"memory plan of {g.name}: %{v1.name} (steps {s1}..{e1}, bytes [{lo1}, {hi1})) and "
                         f"%{v2.name} (steps {s2}..{e2}, bytes [{lo2}, {hi2})) are live together and overlap "
-                        f"in memory")
+                        f"in memory{why}")
 
 
 def format_memory_plan(plan: MemoryPlan):
@@ -559,4 +616,5 @@ def format_memory_plan(plan: MemoryPlan):
 
 
 __all__ = ["plan_memory", "MemoryPlan", "Allocation", "check_plan", "format_memory_plan", "concrete_types",
-           "MemoryProblem", "lifetimes", "schedule_bound", "inplace_kind"]
+           "MemoryProblem", "lifetimes", "schedule_bound", "inplace_kind", "inplace_inputs", "may_take_over",
+           "FOLDING_OPS"]

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from aiacc import progress
 from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph, Node
 from aiacc.errors import AiaccError, GraphError, KernelError, VerificationError
@@ -281,6 +282,7 @@ class PassReport:
     ops_before: dict[str, int] = field(default_factory=dict)
     ops_after: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # pass name -> why this mode leaves it out
+    fallbacks: list[str] = field(default_factory=list)  # what optimize did less than asked, and why (warned)
 
     def __getitem__(self, name: str) -> PassRecord:
         """The (first) record of the pass called `name`."""
@@ -305,6 +307,7 @@ class PassReport:
             "ops_after": dict(self.ops_after), "seconds": self.seconds,
             "passes": [r.as_dict() for r in self.records],
             **({"skipped": dict(self.skipped)} if self.skipped else {}),
+            **({"fallbacks": list(self.fallbacks)} if self.fallbacks else {}),
         }
 
     def table(self):
@@ -324,6 +327,8 @@ class PassReport:
         if self.skipped:
             t.caption = "skipped in " + _said(self.mode) + " mode: " + "; ".join(f"{k} ({v})"
                                                                        for k, v in self.skipped.items())
+        if self.fallbacks:
+            t.caption = ((t.caption + "\n") if t.caption else "") + "fallbacks: " + "; ".join(self.fallbacks)
         return t
 
     def __str__(self) -> str:
@@ -430,51 +435,58 @@ class PassManager:
                 baseline = _run_outputs(graph, feeds)
             except (KernelError, VerificationError) as e:
                 numerics_note = f"numerics not checked: {e}"
-        for p in self.passes:
-            ctx = PassContext(self.mode, self.level)
-            before_nodes = {id(n): n.qualified_op for n in graph}
-            rec = PassRecord(p.name, nodes_before=len(graph), const_bytes_before=graph.constant_bytes())
-            t0 = time.perf_counter()
-            try:
-                rec.rewrites = int(p.run(graph, ctx) or 0)
-            except AiaccError:
-                raise
-            except Exception as e:  # a bug in the pass: name it
-                raise AiaccError(f"pass {p.name} failed: {type(e).__name__}: {e}") from e
-            rec.seconds = time.perf_counter() - t0
-            after_nodes = {id(n): n for n in graph}
-            for k, op in before_nodes.items():
-                if k not in after_nodes:
-                    rec.removed += 1
-                    rec.ops_removed[op] = rec.ops_removed.get(op, 0) + 1
-            for k, n in after_nodes.items():
-                if k not in before_nodes:
-                    rec.added += 1
-                    rec.ops_added[n.qualified_op] = rec.ops_added.get(n.qualified_op, 0) + 1
-                    if n.domain == "aiacc":
-                        rec.fused += 1
-            rec.nodes_after = len(graph)
-            rec.const_bytes_after = graph.constant_bytes()
-            rec.counters = dict(ctx.counters)
-            if self.debug:
-                _verify_graph(graph, f"pass {p.name}")
-                if baseline is not None:
-                    try:
-                        got = _run_outputs(graph, feeds)
-                    except AiaccError as e:
-                        raise VerificationError(f"pass {p.name} left a graph the reference executor cannot run: "
-                                                f"{e}") from e
-                    problem = compare_outputs(baseline, got, self.rtol, self.atol)
-                    if problem:
-                        raise VerificationError(f"pass {p.name} changed the numerics: {problem}")
-                    rec.checked = "graph+numerics"
-                else:
-                    rec.checked = "graph; " + numerics_note
-            report.records.append(rec)
+        with progress.task("passes", total=len(self.passes)) as shown:
+            for p in self.passes:
+                shown.update(p.name)
+                self._run_one(p, graph, report, feeds, baseline, numerics_note)
+                shown.advance()
         report.nodes_after = len(graph)
         report.const_bytes_after = graph.constant_bytes()
         report.ops_after = graph.op_histogram()
         return report
+
+    def _run_one(self, p: Pass, graph: Graph, report: PassReport, feeds, baseline, numerics_note: str) -> None:
+        """Run pass `p`, record it in `report` and (debug) check the graph and its numerics."""
+        ctx = PassContext(self.mode, self.level)
+        before_nodes = {id(n): n.qualified_op for n in graph}
+        rec = PassRecord(p.name, nodes_before=len(graph), const_bytes_before=graph.constant_bytes())
+        t0 = time.perf_counter()
+        try:
+            rec.rewrites = int(p.run(graph, ctx) or 0)
+        except AiaccError:
+            raise
+        except Exception as e:  # a bug in the pass: name it
+            raise AiaccError(f"pass {p.name} failed: {type(e).__name__}: {e}") from e
+        rec.seconds = time.perf_counter() - t0
+        after_nodes = {id(n): n for n in graph}
+        for k, op in before_nodes.items():
+            if k not in after_nodes:
+                rec.removed += 1
+                rec.ops_removed[op] = rec.ops_removed.get(op, 0) + 1
+        for k, n in after_nodes.items():
+            if k not in before_nodes:
+                rec.added += 1
+                rec.ops_added[n.qualified_op] = rec.ops_added.get(n.qualified_op, 0) + 1
+                if n.domain == "aiacc":
+                    rec.fused += 1
+        rec.nodes_after = len(graph)
+        rec.const_bytes_after = graph.constant_bytes()
+        rec.counters = dict(ctx.counters)
+        if self.debug:
+            _verify_graph(graph, f"pass {p.name}")
+            if baseline is not None:
+                try:
+                    got = _run_outputs(graph, feeds)
+                except AiaccError as e:
+                    raise VerificationError(f"pass {p.name} left a graph the reference executor cannot run: "
+                                            f"{e}") from e
+                problem = compare_outputs(baseline, got, self.rtol, self.atol)
+                if problem:
+                    raise VerificationError(f"pass {p.name} changed the numerics: {problem}")
+                rec.checked = "graph+numerics"
+            else:
+                rec.checked = "graph; " + numerics_note
+        report.records.append(rec)
 
 
 def _verify_graph(graph: Graph, what: str) -> None:
