@@ -111,6 +111,9 @@ class Builder:
         # falls back to F.conv2d / F.linear wherever it cannot run
         self.inference = self.inplace_ok
         self.uses_fastpath = False  # set once a convolution may leave a channels-last tensor
+        self._device = None  # see device()
+        self.first_input: Any = None  # the fx value of the first tensor input (device())
+        self.first_state: str | None = None  # the qualified name of the first model state tensor (device())
 
     # -- emitting ----------------------------------------------------------------------------------
     def call(self, fn: Callable, *args: Any, **kwargs: Any) -> fx.Node:
@@ -118,6 +121,17 @@ class Builder:
 
     def method(self, name: str, *args: Any, **kwargs: Any) -> fx.Node:
         return self.fx.call_method(name, args, kwargs)
+
+    def device(self) -> Any:
+        """An fx value holding the device the module runs on, for factory calls (torch.arange, torch.full)
+        that take no tensor: the device of the first model state tensor, else of the first tensor input,
+        read when the forward runs, so the module follows .to(device). None when there is neither."""
+        if self._device is None:
+            if self.first_state is not None:
+                self._device = self.call(getattr, self.getattr_node(self.first_state), "device")
+            elif self.first_input is not None:
+                self._device = self.call(getattr, self.first_input, "device")
+        return self._device
 
     def getattr_node(self, qualname: str) -> fx.Node:
         if qualname not in self._attr_nodes:
@@ -201,6 +215,7 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
             continue
         b.register(qualname, _state_tensor(graph, v, qualname, original), kind, requires_grad)
         b.env[id(v)] = ("state", qualname)
+        b.first_state = b.first_state or qualname
     # inputs
     signature = graph.meta.get("torch.signature")
     user_inputs = [v for v in graph.inputs if v.name not in state]
@@ -219,11 +234,13 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
             else b.fx.placeholder(name)
         if names == [name] and name in by_name:
             b.env[id(by_name[name])] = ph
+            b.first_input = ph if b.first_input is None else b.first_input
             continue
         leaves = b.call(_leaves, ph)
         for i, leaf_name in enumerate(names):
             if leaf_name is not None and leaf_name in by_name:
                 b.env[id(by_name[leaf_name])] = b.call(operator.getitem, leaves, i)
+                b.first_input = b.env[id(by_name[leaf_name])] if b.first_input is None else b.first_input
     fusions = plan_fusions(graph, inference=b.inference)
     for node in graph:
         if id(node) in fusions.skip:
@@ -253,7 +270,18 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
     gm.train(graph.meta.get("torch.mode") == "train")
+    device = _device_of(original)
+    if device is not None and device.type != "cpu":  # optimize on a CUDA model: the result runs where it does
+        gm.to(device)
     return gm
+
+
+def _device_of(module: nn.Module | None) -> torch.device | None:
+    """The one device all of `module`'s parameters and buffers are on (None if none, or several)."""
+    if not isinstance(module, nn.Module):
+        return None
+    devices = {t.device for t in list(module.parameters()) + list(module.buffers())}
+    return devices.pop() if len(devices) == 1 else None
 
 
 def _plain_spec(spec: Any) -> bool:

@@ -169,7 +169,7 @@ for _op, _kind in (("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"
 def _range(b, n: LNode):
     start, limit, delta = n.scalar(0), n.scalar(1), n.scalar(2)
     dtype = getattr(torch, np.dtype(n.outputs[0].dtype or "float32").name)
-    return b.call(torch.arange, start, limit, delta, dtype=dtype)
+    return b.call(torch.arange, start, limit, delta, dtype=dtype, device=b.device())
 
 
 @LOWERINGS.register("ConstantOfShape")
@@ -180,4 +180,4 @@ def _constant_of_shape(b, n: LNode):
     shape = n.ints(0)
     if shape is None:
         shape = b.method("tolist", n.arg(0))
-    return b.call(torch.full, shape, value[0].item(), dtype=dtype)
+    return b.call(torch.full, shape, value[0].item(), dtype=dtype, device=b.device())
