@@ -4,3 +4,4 @@ from aiacc.core.ops.registry import (REQUIRED, Attr, InferContext, OpSchema, all
 from aiacc.core.ops import elementwise, nn, tensor  # noqa: F401,E402  (registers the ops)
 from aiacc.core.ops import reduce, resize, slicing  # noqa: F401,E402
 from aiacc.core.ops import fused  # noqa: F401,E402  (aiacc-domain fused ops; owned by core/passes)
+from aiacc.core.ops import quantize  # noqa: F401,E402  (QuantizeLinear/DequantizeLinear; owned by core/quant)

@@ -1,0 +1,216 @@
+"""QuantizeLinear/DequantizeLinear placement: the int8 plan written into the IR (QDQ form).
+
+Which nodes run in int8 is a set of node names (`quantized`); placement then follows onnxruntime's QDQ
+conventions so that its graph optimizer turns each DequantizeLinear -> op -> QuantizeLinear group into an
+integer kernel (QLinearConv, QGemm, QLinearMatMul/MatMulIntegerToFloat, QLinearAdd, QLinearConcat,
+QLinearGlobalAveragePool, ...) and conv/matmul chains stay in int8 end to end:
+
+- weights of Conv/MatMul/Gemm: int8, symmetric, per output channel, stored as int8 initializers behind a
+  DequantizeLinear (4x smaller model); biases: int32 at scale x_scale * w_scale (what the integer kernels
+  take).
+- activations: uint8 asymmetric (x86's fast u8 x s8 form), one Q/DQ pair per tensor right after its
+  producer, shared by every quantized consumer. A quantized producer's output goes to all its consumers
+  through the pair (so the producer itself can run in int8); an unquantized producer keeps feeding its
+  float consumers directly.
+- a Relu/Clip that is the only consumer of a quantized conv/matmul is quantized with it: the pair goes
+  after the activation, whose range starts at 0 (zero point 0), which onnxruntime folds into the kernel.
+- data-movement ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) keep their input's scale
+  on their output, so onnxruntime drops their Q/DQ pairs and they move int8 data.
+- graph outputs stay float (the last layer produces float, which integer kernels with float output do).
+- opaque nodes are never quantized: their inputs come dequantized, their outputs are quantized for a
+  quantized consumer from the ranges calibration measured around them.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from aiacc.core.ir import Graph, Node, Value, const_value
+from aiacc.core.quant.calibration import Range
+
+COMPUTE = ("Conv", "MatMul", "Gemm")  # ops with an int8 weight
+ACTIVATIONS = ("Relu", "Clip")  # folded into the quantized op before them
+PASSTHROUGH = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze")  # int8 moves through
+OTHER = ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Softmax", "Sigmoid")  # integer kernels
+QUANTIZABLE = COMPUTE + PASSTHROUGH + OTHER
+# symmetric int8 weights in [-WEIGHT_QMAX, WEIGHT_QMAX] (no -128: symmetric around exact zero). x86 without
+# VNNI multiplies u8 x s8 pairs into saturating int16 (vpmaddubsw): there weights get 7 bits (63), as
+# onnxruntime's own reduce_range does, or its int8 kernels and the QDQ graph's meaning part (measured:
+# 2.8% relative output difference at 127, 1e-7 at 63); the backend chooses (aiacc.backends.quant)
+WEIGHT_QMAX = 127
+FLOATS = ("float32",)
+
+
+def weight_axis(node: Node) -> int | None:
+    """The output-channel axis of a compute node's weight (input 1), or None when it has no constant
+    weight (a MatMul of two activations quantizes both as activations)."""
+    w = const_value(node.inputs[1]) if len(node.inputs) > 1 else None
+    if w is None or w.dtype.name not in FLOATS or w.ndim < 1:
+        return None
+    if node.op == "Conv":
+        return 0
+    if node.op == "Gemm":
+        return 0 if node.attrs.get("transB", 0) else (1 if w.ndim == 2 else None)
+    return w.ndim - 1 if w.ndim >= 2 else None  # MatMul [.., K, N]: per output column
+
+
+def activation_inputs(node: Node) -> list[int]:
+    """Indices of a quantizable node's inputs that are float activations to quantize."""
+    if node.op in COMPUTE:
+        idx = [0] if weight_axis(node) is not None else [0, 1]
+    elif node.op in ("Add", "Mul", "Concat"):
+        idx = list(range(len(node.inputs)))
+    else:
+        idx = [0]
+    return [i for i in idx if i < len(node.inputs) and node.inputs[i] is not None
+            and node.inputs[i].dtype in FLOATS and const_value(node.inputs[i]) is None]
+
+
+def eligible(node: Node) -> bool:
+    """Whether the plan may quantize this node at all (known op, float data; Add/Mul only between two
+    activations: a bias or scale by a constant stays in the float op it belongs to)."""
+    if node.domain or node.op not in QUANTIZABLE or node.is_opaque:
+        return False
+    if any(v.dtype not in FLOATS for v in node.outputs if v is not None):
+        return False
+    if node.op in ("Add", "Mul"):
+        return len(activation_inputs(node)) == 2
+    if node.op == "Gemm" and (node.attrs.get("transA", 0) or weight_axis(node) is None):
+        return False
+    if node.op == "MatMul":
+        a = node.inputs[0]
+        if a is None or a.shape is None or len(a.shape) < 2:
+            return False
+    return bool(activation_inputs(node))
+
+
+def fused_activation(node: Node, quantized: set[str]) -> Node | None:
+    """The Relu/Clip a quantized compute node's output goes to alone (quantized with it), if any."""
+    out = node.outputs[0]
+    users = out.users()
+    if node.op not in COMPUTE or out.is_graph_output or len(users) != 1:
+        return None
+    act = users[0]
+    if act.op in ACTIVATIONS and not act.domain and act.inputs[0] is out and act.name in quantized:
+        return act
+    return None
+
+
+def tensors_to_quantize(graph: Graph, quantized: set[str]) -> dict[str, str | None]:
+    """Activation tensors that get a Q/DQ pair under this plan -> the tensor whose range they use (their
+    own name, or the input of a data-movement op whose scale they share)."""
+    want: dict[str, str | None] = {}
+    skip: set[str] = set()  # compute outputs whose pair goes after the fused activation
+    for node in graph:
+        if node.name not in quantized:
+            continue
+        act = fused_activation(node, quantized)
+        if act is not None:
+            skip.add(node.outputs[0].name)
+    for node in graph:
+        if node.name not in quantized:
+            continue
+        for i in activation_inputs(node):
+            want[node.inputs[i].name] = node.inputs[i].name
+        if node.op in ACTIVATIONS and node.inputs[0].name in skip:
+            want.pop(node.inputs[0].name, None)
+        for v in node.outputs:
+            if v.dtype in FLOATS and not v.is_graph_output and v.name not in skip:
+                want.setdefault(v.name, v.name)
+    for name in skip:
+        want.pop(name, None)
+    # data-movement ops keep their input's scale (onnxruntime drops their pairs only then)
+    for node in graph:
+        if node.name in quantized and node.op in PASSTHROUGH:
+            src = node.inputs[0].name
+            for v in node.outputs:
+                if v.name in want:
+                    want[v.name] = want.get(src) or src
+    return want
+
+
+def _quantize_weight(w: np.ndarray, axis: int, qmax: int = WEIGHT_QMAX) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8 in [-qmax, qmax]: (int8 weight, float32 scales along `axis`)."""
+    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
+    amax = np.abs(moved).max(axis=1)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
+    return q, scale
+
+
+def insert_qdq(graph: Graph, quantized: set[str], ranges: Mapping[str, Range], *,
+               weight_qmax: int = WEIGHT_QMAX) -> Graph:
+    """A copy of `graph` with the Q/DQ pairs and int8 weights of the plan `quantized` (node names). Nodes
+    whose activation inputs have no measured range are left float. weight_qmax: the weights' largest
+    magnitude level (127, or 63 where the kernels saturate)."""
+    g = graph.copy()
+    plan = set(quantized)
+    quantized = {n.name for n in g if n.name in quantized and eligible(n)
+                 and all(n.inputs[i].name in ranges for i in activation_inputs(n))}
+    quantized |= {act.name for n in g if n.name in quantized
+                  for act in [fused_activation(n, plan)] if act is not None}
+    want = tensors_to_quantize(g, quantized)
+    want = {t: src for t, src in want.items() if src in ranges}
+    dq_of: dict[str, Value] = {}
+    producers_quantized = {v.name for n in g if n.name in quantized for v in n.outputs}
+    first = g.first_node
+    for v in list(g.inputs):
+        if v.name in want:
+            dq_of[v.name] = _pair(g, v, ranges[want[v.name]], before=first)
+    for node in list(g.nodes):
+        for v in node.outputs:
+            if v.name in want and v.name not in dq_of:
+                dq_of[v.name] = _pair(g, v, ranges[want[v.name]], after=node)
+    # rewire consumers: every consumer of a quantized producer's output, the quantized ones otherwise
+    for name, dq in dq_of.items():
+        v = g.value(name)
+        for user in list(v.users()):
+            if user is dq.producer.inputs[0].producer:  # the Q node itself
+                continue
+            if user.op == "QuantizeLinear" and user.inputs[0] is v:
+                continue
+            if name in producers_quantized or user.name in quantized:
+                for i, x in enumerate(user.inputs):
+                    if x is v:
+                        user.set_input(i, dq)
+    # weights and biases
+    for node in list(g.nodes):
+        if node.name not in quantized or node.op not in COMPUTE:
+            continue
+        axis = weight_axis(node)
+        if axis is None:
+            continue
+        w = const_value(node.inputs[1])
+        qw, ws = _quantize_weight(w, axis, weight_qmax)
+        base = f"{node.name}_w"
+        qv = g.add_initializer(g.fresh_name(base + "_int8"), qw)
+        sv = g.add_initializer(g.fresh_name(base + "_scale"), ws)
+        zv = g.add_initializer(g.fresh_name(base + "_zp"), np.zeros(ws.shape, np.int8))
+        dq = g.add_node("DequantizeLinear", [qv, sv, zv], {"axis": axis}, name=f"aiacc_dqw_{node.name}",
+                        before=node).output
+        node.set_input(1, dq)
+        b = const_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+        xdq = node.inputs[0].producer
+        x_scale = const_value(xdq.inputs[1]) if xdq is not None and xdq.op == "DequantizeLinear" else None
+        if b is not None and b.ndim == 1 and b.size == ws.size and x_scale is not None and x_scale.size == 1:
+            bs = (ws * np.float32(x_scale)).astype(np.float32)
+            qb = np.clip(np.rint(b / np.where(bs > 0, bs, 1)), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+            bq = g.add_initializer(g.fresh_name(f"{node.name}_b_int32"), qb)
+            bsv = g.add_initializer(g.fresh_name(f"{node.name}_b_scale"), bs)
+            bz = g.add_initializer(g.fresh_name(f"{node.name}_b_zp"), np.zeros(bs.shape, np.int32))
+            node.set_input(2, g.add_node("DequantizeLinear", [bq, bsv, bz], {"axis": 0},
+                                         name=f"aiacc_dqb_{node.name}", before=node).output)
+    g.remove_unused_initializers()
+    g.meta["aiacc.quantized"] = sorted(quantized)
+    return g
+
+
+def _pair(g: Graph, v: Value, r: Range, *, before: Node | None = None, after: Node | None = None) -> Value:
+    s = g.add_initializer(g.fresh_name(f"{v.name}_scale"), np.asarray(r.scale, np.float32))
+    z = g.add_initializer(g.fresh_name(f"{v.name}_zp"), np.asarray(r.zero_point, np.uint8))
+    q = g.add_node("QuantizeLinear", [v, s, z], name=f"aiacc_q_{v.name}", before=before, after=after)
+    dq = g.add_node("DequantizeLinear", [q.output, s, z], name=f"aiacc_dq_{v.name}", after=q)
+    return dq.output
