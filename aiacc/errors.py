@@ -1,4 +1,11 @@
-"""The errors aiacc raises. Every one names the node, layer or file at fault and what is wrong."""
+"""The errors aiacc raises (every one names the node, layer or file at fault and what is wrong) and the
+warning it gives when it does less than asked (`fallback`)."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import warnings
+from typing import Iterator
 
 
 class AiaccError(Exception):
@@ -31,3 +38,66 @@ class UnsupportedError(AiaccError):
 
 class VerificationError(AiaccError):
     """An optimized model's outputs differ from the original's beyond tolerance."""
+
+
+class OptionError(AiaccError, TypeError):
+    """An option aiacc.optimize (or a plugin) does not have; the message lists the ones it has. A TypeError
+    too, as Python's own error for an unexpected keyword argument is."""
+
+
+class FallbackError(UnsupportedError):
+    """strict=True: aiacc would have done less than asked (kept part of a model opaque, chosen a mode...)."""
+
+
+class AiaccWarning(UserWarning, RuntimeWarning):
+    """aiacc did less than asked and says what and why (what was kept opaque, which mode was used...).
+    strict=True turns each into a FallbackError. A UserWarning and a RuntimeWarning, the categories these
+    warnings had before they had their own."""
+
+
+# --------------------------------------------------------------------------------------------- fallbacks
+# One optimize call collects its fallbacks here: each cause is warned once and ends up in the pass report.
+_SCOPE: contextvars.ContextVar[Fallbacks | None] = contextvars.ContextVar("aiacc_fallbacks", default=None)
+
+
+class Fallbacks:
+    """The fallbacks of one optimize call: cause -> message, in the order they happened."""
+
+    def __init__(self, strict: bool = False):
+        self.strict = strict
+        self.seen: dict[str, str] = {}
+
+    @property
+    def messages(self) -> list[str]:
+        """Every distinct fallback's message, in order."""
+        return list(self.seen.values())
+
+
+@contextlib.contextmanager
+def collecting_fallbacks(strict: bool = False) -> Iterator[Fallbacks]:
+    """Collect the fallbacks of one call (aiacc.optimize): nested, the inner call joins the outer one's
+    collection (strict if either asks for it)."""
+    outer = _SCOPE.get()
+    if outer is not None:
+        outer.strict = outer.strict or bool(strict)
+        yield outer
+        return
+    scope = Fallbacks(bool(strict))
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)
+
+
+def fallback(cause: str, message: str, stacklevel: int = 3) -> None:
+    """aiacc is about to do less than asked: warn once per `cause` (AiaccWarning) and record `message` for
+    the report; under strict=True raise FallbackError with the message instead."""
+    scope = _SCOPE.get()
+    if scope is not None and scope.strict:
+        raise FallbackError(f"{message} (strict=True refuses this fallback)")
+    if scope is not None:
+        if cause in scope.seen:
+            return
+        scope.seen[cause] = message
+    warnings.warn(f"aiacc: {message}", AiaccWarning, stacklevel=stacklevel)

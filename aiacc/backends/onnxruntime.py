@@ -8,14 +8,13 @@ back as numpy arrays that torch/TF/MXNet can wrap without a copy.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from aiacc.core.ir import Graph, Node
 from aiacc.core.partition import Segment, partition
-from aiacc.errors import KernelError, UnsupportedError
+from aiacc.errors import KernelError, UnsupportedError, fallback
 
 
 def default_providers() -> list[str]:
@@ -117,8 +116,8 @@ class OrtGraphRunner:
         if not refused:  # every node builds alone: the combination fails, so run each node on its own
             refused = {n.name for n in seg.graph}
         self.fallback_nodes += sorted(refused)
-        warnings.warn(f"onnxruntime cannot run node(s) {', '.join(sorted(refused))}; they run on aiacc's "
-                      f"reference kernels between onnxruntime segments", RuntimeWarning, stacklevel=3)
+        fallback(f"onnxruntime:{','.join(sorted(refused))}", f"onnxruntime cannot run node(s) "
+                 f"{', '.join(sorted(refused))}; they run on aiacc's reference kernels between onnxruntime segments")
         for sub in partition(seg.graph, supported=lambda n: n.name not in refused):
             if sub.graph is None:
                 self.segments.append(sub)

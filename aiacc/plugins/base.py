@@ -28,9 +28,24 @@ import numpy as np
 
 from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph
-from aiacc.errors import UnsupportedError, VerificationError
+from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks
 
 BACKENDS = ("native", "onnxruntime")
+
+# The options every plugin's optimize takes, name -> what it is for. A plugin declares its own in its class's
+# `options`; any other name is refused (Plugin.check_options), so a misspelt option never silently does nothing.
+OPTIONS: dict[str, str] = {
+    "level": "0 (translate only) to 3 (every pass)",
+    "passes": "run exactly these passes",
+    "disable": "skip these passes",
+    "backend": "'native' or 'onnxruntime' (where the optimized model runs)",
+    "providers": "onnxruntime's execution providers (backend='onnxruntime')",
+    "verify": "compare the optimized model's outputs with the original's on the example inputs",
+    "debug": "check the graph and its numerics after every pass",
+    "strict": "turn every fallback (something kept opaque, a mode chosen for you) into an error",
+    "mode": "'inference' or 'train'",
+    "progress": "show a progress bar for long steps",
+}
 
 
 @dataclass
@@ -55,6 +70,26 @@ class Plugin:
     rtol = 1e-4
     atol = 1e-5
     modes: tuple[str, ...] = ("inference",)  # the optimize modes the plugin has ("train" where it trains)
+    options: dict[str, str] = {}  # the plugin's own optimize options beyond OPTIONS: name -> what it is for
+
+    def known_options(self) -> dict[str, str]:
+        """Every option this plugin's optimize takes: OPTIONS and the plugin's own, name -> what it is for."""
+        return {**OPTIONS, **self.options}
+
+    def check_options(self, options: Any, where: str = "aiacc.optimize") -> None:
+        """An OptionError (a TypeError too) naming the first option this plugin does not have, the closest
+        known name, and every option it has."""
+        known = self.known_options()
+        unknown = [k for k in options if k not in known]
+        if not unknown:
+            return
+        import difflib
+
+        name = unknown[0]
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise OptionError(f"{where} ({self.title}): unknown option {name!r}{hint}; the {self.title} plugin's "
+                          f"options are: {', '.join(sorted(known))}")
 
     def check_mode(self, mode: Any) -> str:
         """`mode` in its one spelling ("inference" or "train"; "training" accepted); an aiacc
@@ -121,11 +156,29 @@ class Plugin:
     # ------------------------------------------------------------------------------------------ optimize
     def optimize(self, model: Any, example_inputs: Any = None, *, level: int = 2, passes: Any = None,
                  disable: Any = None, backend: str = "native", verify: bool = True, debug: bool = False,
-                 **options: Any) -> Any:
+                 strict: bool = False, **options: Any) -> Any:
         """trace -> core passes -> export -> (verify against the original on the example inputs). The
-        result carries the pass report as `aiacc_report` where the object accepts the attribute."""
+        result carries the pass report as `aiacc_report` where the object accepts the attribute; every
+        fallback is warned once (AiaccWarning) and listed in the report's `fallbacks`, or with strict=True
+        refused (FallbackError). An option the plugin does not have is an OptionError."""
+        self.check_options(options)
+        with collecting_fallbacks(strict) as fallbacks:
+            out, report = self._optimize(model, example_inputs, level, passes, disable, backend, verify, debug,
+                                         options)
+            if report is not None:
+                report.fallbacks = fallbacks.messages
+        try:
+            out.aiacc_report = report
+        except (AttributeError, TypeError):
+            pass
+        return out
+
+    def _optimize(self, model: Any, example_inputs: Any, level: int, passes: Any, disable: Any, backend: str,
+                  verify: bool, debug: bool, options: dict) -> tuple[Any, Any]:
+        """optimize's steps: (the optimized model, the pass report or None)."""
         if "mode" in options:
             options["mode"] = self.check_mode(options["mode"])
+        options.pop("progress", None)  # shown by the steps themselves (aiacc.progress), not a trace option
         graph = self.trace(model, example_inputs, **options)
         report = None
         if level > 0 or passes:
@@ -145,11 +198,7 @@ class Plugin:
             if problem:
                 culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
-        try:
-            out.aiacc_report = report
-        except (AttributeError, TypeError):
-            pass
-        return out
+        return out, report
 
     def _find_culprit(self, model: Any, example_inputs: Any, level: int, passes: Any, disable: Any,
                       options: dict) -> str:
@@ -163,10 +212,15 @@ class Plugin:
         if feeds is None:
             return "the plugin cannot replay the passes to name the one responsible"
         try:
-            run_passes(graph, level=level, passes=passes, disable=disable, debug=True, feeds=feeds,
-                       mode=options.get("mode", "inference"))
+            replay = run_passes(graph, level=level, passes=passes, disable=disable, debug=True, feeds=feeds,
+                                mode=options.get("mode", "inference"))
         except VerificationError as e:
             return str(e)
+        unchecked = [r.checked for r in replay.records if r.checked != "graph+numerics"]
+        if unchecked:  # the reference executor could not run the graph: no pass and no export can be blamed
+            return (f"aiacc could not check which pass or the export is responsible: {unchecked[0][len('graph; '):]}"
+                    if unchecked[0].startswith("graph; ") else
+                    f"aiacc could not check which pass or the export is responsible ({unchecked[0]})")
         return "every pass preserves numerics on the reference executor: the export (lowering) differs"
 
     # ------------------------------------------------------------------------------------------ files

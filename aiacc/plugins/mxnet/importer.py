@@ -22,14 +22,13 @@ Inference semantics: BatchNorm uses its moving statistics, Dropout is the identi
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any, Mapping
 
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable
-from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError, fallback
 from aiacc.plugins.mxnet.symjson import MxNode, MxSymbol, attr_bool, attr_float, attr_int, attr_str, attr_tuple
 
 OPAQUE_DOMAIN = "mxnet"
@@ -191,11 +190,11 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
                     outs = _opaque(g, n, ins, opaque_backend)
                 except AiaccError:
                     raise err from None
-                warnings.warn(f"aiacc: {n.describe()} kept opaque: {err}", stacklevel=2)
+                fallback(f"mxnet.converter:{n.op}", f"{n.describe()} kept opaque (MXNet runs it): {err}")
             except Exception as e:  # noqa: BLE001 - a converter that cannot cope keeps the node opaque
                 g.rollback(mark)
-                warnings.warn(f"aiacc: {n.describe()} kept opaque: its converter failed "
-                              f"({type(e).__name__}: {e})", stacklevel=2)
+                fallback(f"mxnet.converter:{n.op}", f"{n.describe()} kept opaque: its converter failed "
+                         f"({type(e).__name__}: {e})")
                 outs = None
             else:
                 if outs is None:

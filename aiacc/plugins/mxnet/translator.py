@@ -185,6 +185,11 @@ class MXNetPlugin(Plugin):
     title = "MXNet"
     install_hint = "pip install 'aiacc[mxnet]'"
     modes = ("inference", "train")
+    options = {"name": "the graph's name", "input_names": "names of a Symbol's data inputs",
+               "arg_params": "a Symbol's arg_params", "aux_params": "a Symbol's aux_params",
+               "static_alloc": "SymbolBlock hybridize static_alloc", "static_shape": "hybridize static_shape",
+               "subgraph_backend": "MXNet subgraph backend of the export ('auto', None, 'ONEDNN', ...)",
+               "memory_budget": "mode='train' only (not implemented for MXNet)"}
 
     def detect(self, model: Any) -> bool:
         """A Gluon Block, an MXNet Symbol or a (Symbol, arg_params, aux_params) triple."""

@@ -36,7 +36,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable
-from aiacc.errors import ShapeError, UnsupportedError
+from aiacc.errors import ShapeError, UnsupportedError, fallback
 from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
 from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, first_line, main_op, region_graph_def,
                                       region_kernel, topo_order)
@@ -439,7 +439,10 @@ class GraphImporter:
                 tfm.graph_util.import_graph_def(lib, name="")
                 fg = function_def_to_graph(fdef, input_shapes=[t.shape for t in call.inputs],
                                            include_library_functions=True)
-        except Exception:  # a body TF itself cannot rebuild outside its graph
+        except Exception as e:  # noqa: BLE001 - a body TF itself cannot rebuild outside its graph
+            fallback(f"tf.call:{name}", f"{call.type} {call.name} (function {name}) is kept as an opaque TF "
+                     f"region: TF cannot rebuild its body outside its graph ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else ''})")
             return None
         child = GraphImporter.__new__(GraphImporter)
         child.__dict__.update(self.__dict__)

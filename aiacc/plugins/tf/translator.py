@@ -21,6 +21,7 @@ class TFPlugin(Plugin):
     rtol = 1e-4
     atol = 1e-5
     modes = ("inference", "train")
+    options = {"name": "the graph's name", "memory_budget": "mode='train' only (not implemented for TF yet)"}
 
     def detect(self, model: Any) -> bool:
         """A Keras model, a tf.Module, a tf.function (generic or concrete) or a restored SavedModel."""

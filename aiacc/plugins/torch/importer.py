@@ -21,7 +21,6 @@ Graph metadata the exporter reads back (keys under "torch."):
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable
-from aiacc.errors import AiaccError, ShapeError, UnsupportedError
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError, fallback
 from aiacc.plugins.torch._fx import trace_module
 from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
 
@@ -222,6 +221,11 @@ class Importer:
         self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
         for name, why in forced.items():
             self.opaque_reasons[name or type(self.model).__name__] = why
+            what = (f"the whole model ({type(self.model).__name__}) is kept as one opaque call, run by torch and "
+                    f"not optimized" if not name else
+                    f"submodule {name} ({type(self.model.get_submodule(name)).__name__}) is kept opaque, run by "
+                    f"torch as it is")
+            fallback(f"torch.fx:{name}", f"torch.fx cannot trace {name or type(self.model).__name__} ({why}): {what}")
         example = self._run_example(gm, bound, concrete)
         self._convert(gm, bound, concrete, example)
         g = self.graph
@@ -364,7 +368,9 @@ class Importer:
             except Exception as e:  # noqa: BLE001 - a converter's own bug or an unforeseen form: this node only
                 reason = f"its converter failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self._rollback(mark)
-                warnings.warn(f"aiacc: {key} at {n.name} stays opaque: {reason}", RuntimeWarning, stacklevel=2)
+                # once per op: its other nodes fail the same way
+                fallback(f"torch.converter:{type(module) if module is not None else n.target}",
+                         f"{key} at {n.name} stays opaque: {reason}")
         if fn != "done":
             self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
             # out of place (on a copy), so no other reader of the tensor sees the change at the wrong time;

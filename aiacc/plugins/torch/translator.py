@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError, collecting_fallbacks, fallback
 from aiacc.plugins.base import Plugin, to_numpy_list
 
 
@@ -40,6 +40,7 @@ class TorchPlugin(Plugin):
     title = "torch"
     install_hint = "pip install 'aiacc[torch]'"
     modes = ("inference", "train")
+    options = {"memory_budget": "bytes of activations to keep in mode='train' (recomputation plans the rest)"}
 
     def detect(self, model: Any) -> bool:
         torch = sys.modules.get("torch")
@@ -137,6 +138,16 @@ class TorchPlugin(Plugin):
         """aiacc.optimize for torch: trace, run the passes, export, verify. mode defaults to the model's own
         (train() -> 'train'); memory_budget (bytes) with mode='train' plans activation recomputation."""
         _check_module(model, "optimizes")
+        self.check_options(options)
+        with collecting_fallbacks(options.get("strict", False)):
+            if options.get("mode") is None and model.training:
+                fallback("torch.mode", f"{type(model).__name__} is in train mode (as a freshly built nn.Module is) "
+                         f"and no mode= was given: it is optimized with training semantics (BatchNorm uses batch "
+                         f"statistics and is not folded, Dropout stays random); call model.eval() or pass "
+                         f"mode='inference' for inference, mode='train' to keep training semantics")
+            return self._optimize_torch(model, example_inputs, options)
+
+    def _optimize_torch(self, model: Any, example_inputs: Any, options: dict) -> Any:
         options["mode"] = normalize_mode(options.get("mode"), model)
         if options.get("backend") == "onnxruntime" and options["mode"] == "training":
             raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
