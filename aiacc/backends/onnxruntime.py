@@ -4,6 +4,18 @@ framework between onnxruntime segments.
 Plugins wrap an `OrtGraphRunner` in a model of their own kind (torch nn.Module, tf.Module, Gluon Block,
 CaffeModel). On the CPU provider, numpy inputs are passed to onnxruntime without a copy and outputs come
 back as numpy arrays that torch/TF/MXNet can wrap without a copy.
+
+Execution providers (`select_providers`): by default CUDA where onnxruntime has it (the `onnxruntime-gpu`
+wheel, extra `gpu`), then CPU; TensorRT only when asked for (it builds an engine per session, which takes
+minutes; engines are cached under $AIACC_TRT_CACHE, default ~/.cache/aiacc/tensorrt). An explicit
+`providers=` (names, short names "tensorrt"/"cuda"/"cpu", or (name, options) pairs) is honoured in its
+order; a provider onnxruntime lacks is dropped with a warning, and CPU is always last, so a node the
+accelerator has no kernel for runs on the CPU inside the same session: those nodes are reported
+(`OrtGraphRunner.cpu_nodes`, and warned) from onnxruntime's own assignment record.
+
+`run_bound` runs with io-binding: inputs are bound from DLPack objects (torch tensors, CUDA or CPU) or
+OrtValues without a copy, every segment's outputs stay on the session's device as OrtValues, and only
+opaque nodes (run by the framework on numpy) cross to the host.
 """
 from __future__ import annotations
 
@@ -17,12 +29,73 @@ from aiacc.core.partition import Segment, partition
 from aiacc.errors import KernelError, UnsupportedError, fallback
 
 
+_SHORT = {"tensorrt": "TensorrtExecutionProvider", "trt": "TensorrtExecutionProvider",
+          "cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+_CPU = "CPUExecutionProvider"
+_ACCELERATORS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")  # their memory is the CUDA device's
+
+
+def _tensorrt_options() -> dict:
+    """TensorRT EP defaults: engines and timing caches on disk (an engine build takes minutes); fp16 is not
+    turned on (trt_fp16_enable): the graph's own precision is kept."""
+    cache = os.environ.get("AIACC_TRT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "aiacc",
+                                                                   "tensorrt")
+    return {"trt_engine_cache_enable": "True", "trt_engine_cache_path": cache, "trt_timing_cache_enable": "True",
+            "trt_timing_cache_path": cache}
+
+
+def select_providers(requested=None, available: Sequence[str] | None = None) -> list:
+    """The providers (names, or (name, options) pairs as onnxruntime takes them) for a session.
+
+    requested None: CUDA first where `available` (default: onnxruntime's) has it, then CPU. Otherwise
+    the requested ones in their order (short names "tensorrt", "trt", "cuda", "cpu" accepted): one that is
+    not available is dropped with a warning; CPU is appended when missing, so nodes the accelerator cannot
+    run fall back to the CPU. TensorRT gets an on-disk engine cache unless options are given."""
+    if available is None:
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+    available = list(available)
+    if requested is None:
+        return [p for p in ("CUDAExecutionProvider", _CPU) if p in available]
+    if isinstance(requested, (str, tuple)):
+        requested = [requested]
+    chosen, missing, seen = [], [], set()
+    for item in requested:
+        name, options = (item if isinstance(item, tuple) else (item, None))
+        if not isinstance(name, str) or (options is not None and not isinstance(options, dict)):
+            raise UnsupportedError(f"providers=: {item!r} is neither a provider name nor a (name, options) pair")
+        name = _SHORT.get(name.lower(), name)
+        if name in seen:
+            continue
+        seen.add(name)
+        if name not in available:
+            missing.append(name)
+            continue
+        if options is None and name == "TensorrtExecutionProvider":
+            options = _tensorrt_options()
+        chosen.append(name if options is None else (name, options))
+    if missing:
+        fallback(f"onnxruntime-providers:{','.join(missing)}",
+                 f"onnxruntime has no {', '.join(missing)} here (available: {', '.join(available)}); running "
+                 f"without {'it' if len(missing) == 1 else 'them'}"
+                 + (" (install aiacc[gpu]: onnxruntime-gpu)" if set(missing) & set(_ACCELERATORS) else ""))
+    if _CPU not in seen and _CPU in available:
+        chosen.append(_CPU)
+    if not chosen:
+        raise UnsupportedError(f"none of the requested onnxruntime providers {missing} is available "
+                               f"(available: {', '.join(available)})")
+    return chosen
+
+
+def provider_names(providers: Sequence) -> list[str]:
+    """The names of a providers list that may hold (name, options) pairs."""
+    return [p[0] if isinstance(p, tuple) else p for p in providers]
+
+
 def default_providers() -> list[str]:
     """CUDA first where onnxruntime has it, then CPU."""
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    return select_providers(None)
 
 
 # threads per onnxruntime session when the caller gives none (None: the CPUs this process may use);
@@ -66,7 +139,14 @@ class OrtGraphRunner:
         from aiacc.core.onnx import to_onnx
 
         self.graph = graph
-        self.providers = list(providers or default_providers())
+        self._providers = select_providers(providers or None)  # as onnxruntime takes them (options kept)
+        self.providers = provider_names(self._providers)
+        # where the sessions' inputs and outputs live with io-binding (run_bound)
+        self.device = ("cuda", 0) if set(self.providers) & set(_ACCELERATORS) else ("cpu", 0)
+        for name, opts in (p for p in self._providers if isinstance(p, tuple)):
+            if "device_id" in opts:
+                self.device = (self.device[0], int(opts["device_id"]))
+        self.cpu_nodes: list[str] = []  # nodes onnxruntime placed on the CPU although an accelerator was asked for
         self.run_opaque = run_opaque or _run_meta_kernel
         self.segments: list[Segment] = partition(graph, supported=lambda n: n.schema is not None)
         self.sessions: list = []
@@ -78,6 +158,8 @@ class OrtGraphRunner:
         if not spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if self.device[0] != "cpu":  # record which provider runs each node, to report CPU fallbacks
+            options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         self._ort, self._options, self._to_onnx = ort, options, to_onnx
         self.fallback_nodes: list[str] = []  # nodes onnxruntime could not build, run on aiacc's kernels
         segments, self.segments = self.segments, []
@@ -86,15 +168,33 @@ class OrtGraphRunner:
         self.constants = {name: v.const for name, v in graph.initializers.items()}
         self.input_names = [v.name for v in graph.inputs]
         self.output_names = [v.name for v in graph.outputs]
+        if self.cpu_nodes:
+            fallback(f"onnxruntime-cpu-nodes:{','.join(self.cpu_nodes)}",
+                     f"onnxruntime runs {len(self.cpu_nodes)} node(s) on the CPU, not on {self.providers[0]} "
+                     f"(no kernel there): {', '.join(self.cpu_nodes[:20])}"
+                     + (" ..." if len(self.cpu_nodes) > 20 else ""))
 
     def _session(self, graph: Graph):
         """An onnxruntime session for a segment, or None when onnxruntime refuses it (e.g. no kernel for
         an op at these dtypes)."""
         try:
             return self._ort.InferenceSession(self._to_onnx(graph).SerializeToString(), self._options,
-                                              providers=self.providers)
+                                              providers=self._providers)
         except Exception:  # onnxruntime raises its own exception types (NotImplemented, Fail, InvalidGraph)
             return None
+
+    def _record_placement(self, sess) -> None:
+        """Add the nodes onnxruntime assigned to the CPU provider (an accelerator was asked for) to cpu_nodes."""
+        if self.device[0] == "cpu":
+            return
+        try:
+            subgraphs = sess.get_provider_graph_assignment_info()
+        except Exception:  # an onnxruntime without the assignment record (before 1.23) or with it off
+            return
+        for sub in subgraphs:
+            if sub.ep_name == _CPU:
+                self.cpu_nodes += [f"{n.name} ({n.op_type})" for n in sub.get_nodes()
+                                   if not n.op_type.startswith("Memcpy")]
 
     def _add_segment(self, seg: Segment) -> None:
         """Append a segment with its session; a segment onnxruntime refuses is split so that only the
@@ -105,6 +205,7 @@ class OrtGraphRunner:
             return
         sess = self._session(seg.graph)
         if sess is not None:
+            self._record_placement(sess)
             self.segments.append(seg)
             self.sessions.append(sess)
             return
@@ -144,3 +245,45 @@ class OrtGraphRunner:
                 outs = schema.run(node, args) if schema is not None else self.run_opaque(node, args)
                 env.update(zip(seg.output_names, outs))
         return [env[name] if name in env else self.constants[name] for name in self.output_names]
+
+    # -------------------------------------------------------------------------------- io-binding
+    def to_ortvalue(self, x) -> "object":
+        """An OrtValue for an input: an OrtValue as it is; a numpy array or any DLPack object (a torch tensor
+        on CPU or CUDA) sharing its memory (no copy); anything else through numpy."""
+        ort = self._ort
+        if isinstance(x, ort.OrtValue):
+            return x
+        if isinstance(x, np.ndarray):
+            return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x))
+        if hasattr(x, "__dlpack__"):
+            return ort.OrtValue.from_dlpack(x)
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.asarray(x)))
+
+    def _on_device(self, array: np.ndarray):
+        return self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), *self.device)
+
+    def run_bound(self, feeds: Mapping[str, object]) -> list:
+        """Outputs (OrtValues on `self.device`) in graph-output order, every onnxruntime segment run with
+        io-binding: inputs bound where they are (see to_ortvalue), outputs allocated by onnxruntime on the
+        session's device and handed to the next segment as they are. Opaque nodes get numpy copies."""
+        device_type, device_id = self.device
+        env: dict = {name: self.to_ortvalue(x) for name, x in feeds.items()}
+        for seg, sess in zip(self.segments, self.sessions):
+            if sess is not None:
+                binding = sess.io_binding()
+                for name in seg.input_names:
+                    binding.bind_ortvalue_input(name, env[name])
+                for name in seg.output_names:
+                    binding.bind_output(name, device_type, device_id)
+                binding.synchronize_inputs()
+                sess.run_with_iobinding(binding)
+                binding.synchronize_outputs()
+                env.update(zip(seg.output_names, binding.get_outputs()))
+            else:
+                node = seg.node
+                args = [None if v is None else (v.const if v.is_constant else env[v.name].numpy())
+                        for v in node.inputs]
+                schema = node.schema
+                outs = schema.run(node, args) if schema is not None else self.run_opaque(node, args)
+                env.update((name, self._on_device(np.asarray(o))) for name, o in zip(seg.output_names, outs))
+        return [env[name] if name in env else self._on_device(self.constants[name]) for name in self.output_names]
