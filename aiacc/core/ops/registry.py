@@ -13,13 +13,14 @@ An inference function takes an `InferContext` and returns one `TensorType` per o
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from aiacc.core import ir as _ir
-from aiacc.core.ir import Node, TensorType, const_value, type_of_array
+from aiacc.core.ir import Node, TensorType, Value, const_value, type_of_array
 from aiacc.errors import AttributeError_, AiaccError, GraphError, ShapeError
 
 REQUIRED = object()  # default of an attribute that must be given
@@ -146,8 +147,9 @@ class InferContext:
         return None if t is None else t.dtype
 
     def const(self, i: int) -> np.ndarray | None:
-        """The input's value when it is known at build time (an initializer or a Constant node's output)."""
-        return const_value(self.node.inputs[i] if i < len(self.node.inputs) else None)
+        """The input's value when it is known at build time: an initializer, a Constant node's output, or
+        a small tensor computed from shapes and constants (`known_value`: Shape -> Gather -> Concat ...)."""
+        return known_value(self.node.inputs[i] if i < len(self.node.inputs) else None)
 
     def fail(self, message: str) -> ShapeError:
         """An error naming the node, its op and its input shapes."""
@@ -206,7 +208,88 @@ def infer_node(node: Node) -> list[TensorType | None]:
     types = list(types)
     if len(types) < len(node.outputs):
         types += [None] * (len(node.outputs) - len(types))
-    return types[:len(node.outputs)]
+    types = types[:len(node.outputs)]
+    for k, value in enumerate(_propagate(node, schema, ctx)):
+        if value is not None and (types[k] is None or not types[k].is_static):
+            types[k] = type_of_array(value)  # e.g. a Slice of a known shape vector: its length is known too
+    return types
+
+
+# ------------------------------------------------------------------------------------------------
+# value propagation (ONNX's data propagation): the values of small integer shape computations
+# ------------------------------------------------------------------------------------------------
+#: the most elements a propagated value may have (shape vectors, indices, scalars; not activations)
+PROPAGATE_ELEMENTS = 1024
+
+#: ops whose output is not a function of their inputs' values, never evaluated at build time
+_NOT_PROPAGATED = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                             "Multinomial", "Bernoulli", "Dropout"})
+
+# node output -> its value, computed when the node's type was inferred (a weak key: a value erased
+# from its graph drops its entry)
+_PROPAGATED: "weakref.WeakKeyDictionary[Value, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def known_value(v: Value | None) -> np.ndarray | None:
+    """The value's data when it is known without running the graph: a constant (`const_value`), or the
+    result of a shape computation that type inference evaluated (the shape of a tensor of static shape, and
+    every standard op on such values: Gather, Concat, Slice, Unsqueeze, Squeeze, Cast, integer arithmetic,
+    ConstantOfShape, Range, ...). None when unknown, or when the stored value no longer matches the
+    value's type (the graph changed since)."""
+    c = const_value(v)
+    if c is not None or v is None:
+        return c
+    a = _PROPAGATED.get(v)
+    if a is None:
+        return None
+    t = v.type
+    if t is not None and t.is_static and (t.dtype != a.dtype.name or tuple(t.shape) != a.shape):
+        return None
+    return a
+
+
+def _propagate(node: Node, schema: OpSchema, ctx: InferContext) -> list[np.ndarray | None]:
+    """The values of `node`'s outputs when they follow from known input values (and record them for the
+    nodes downstream); Nones otherwise. Shape reads only its input's static dimensions."""
+    for v in node.outputs:
+        _PROPAGATED.pop(v, None)
+    none = [None] * len(node.outputs)
+    if schema.domain != "" or node.op in _NOT_PROPAGATED or node.op == "Constant":
+        return none
+    if node.op == "Shape":
+        shape = ctx.shape(0)
+        if shape is None:
+            return none
+        dims = shape[slice(ctx.attrs["start"], ctx.attrs["end"])]
+        if not all(isinstance(d, int) for d in dims):
+            return none
+        outs = [np.asarray(dims, dtype=np.int64)]
+    else:
+        arrays = []
+        for i in range(ctx.num_inputs):
+            if not ctx.has_input(i):
+                arrays.append(None)
+                continue
+            a = ctx.const(i)
+            if a is None or a.size > PROPAGATE_ELEMENTS:
+                return none
+            arrays.append(a)
+        if not any(a is not None for a in arrays):
+            return none
+        try:
+            with np.errstate(all="ignore"):
+                outs = schema.run(node, arrays)
+        except Exception:  # noqa: BLE001  (the type inference above reports real errors; no value then)
+            return none
+    result = []
+    for v, a in zip(node.outputs, outs):
+        a = np.asarray(a)
+        if a.size <= PROPAGATE_ELEMENTS:
+            _PROPAGATED[v] = a
+            result.append(a)
+        else:
+            result.append(None)
+    return result + none[len(result):]
 
 
 def infer_by_running(ctx: InferContext) -> list[TensorType | None]:
