@@ -4,7 +4,7 @@
     aiacc inspect model.onnx [--optimize]         inputs/outputs, op histogram, parameters, FLOPs, memory plan
     aiacc dump model.onnx --format text|json|dot|svg|onnx -o FILE
     aiacc view model.onnx [--optimize] [-o report.html] [--trace out.json]   the HTML view (aiacc.view)
-    aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c]
+    aiacc optimize model.onnx -o fast.onnx [--level 2] [--passes a,b] [--disable c] [--no-verify] [--strict]
     aiacc demo [--frameworks torch,tf] [--models resnet50,bert_encoder]   the bundled models, optimized and timed
 
 Model files are recognised by their name and go to their plugin's `load_file` / `optimize_file` (the plugin
@@ -342,12 +342,19 @@ def cmd_optimize(args) -> int:
         opts["disable"] = args.disable
     if args.debug:
         opts["debug"] = True
+    if args.no_verify:
+        opts["verify"] = False
     from aiacc import progress
+    from aiacc.errors import collecting_fallbacks
 
-    with progress.task(f"optimize {os.path.basename(args.model)}"):  # drawn on a terminal only
+    # --strict: every fallback (not verified, kept opaque...) is an error; otherwise each is warned once
+    with collecting_fallbacks(args.strict), progress.task(f"optimize {os.path.basename(args.model)}"):
         report = optimize_file(args.model, args.output, **opts)
-    if report.passes is not None and not args.quiet:
-        _console().print(report.passes.table())
+    if not args.quiet:
+        if report.passes is not None:
+            _console().print(report.passes.table())
+        if report.verified:
+            _console().print(report.verified)
     return 0
 
 
@@ -402,6 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--passes", help="comma-separated passes to run (instead of the level's pipeline)")
     s.add_argument("--disable", help="comma-separated passes to skip")
     s.add_argument("--debug", action="store_true", help="verify the graph and numerics after every pass")
+    s.add_argument("--no-verify", action="store_true", help="skip comparing the optimized model's outputs with "
+                                                            "the original's on random inputs")
+    s.add_argument("--strict", action="store_true", help="fail instead of falling back (not verified, kept "
+                                                         "opaque, ...)")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(fn=cmd_optimize)
 

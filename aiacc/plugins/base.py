@@ -28,7 +28,7 @@ import numpy as np
 
 from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph
-from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks
+from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks, fallback
 
 BACKENDS = ("native", "onnxruntime")
 
@@ -57,6 +57,7 @@ class FileReport:
     written: list[str] = field(default_factory=list)  # every file written, in order
     passes: Any = None  # the pass report (aiacc.core.passes.PassReport); None when no pass ran
     model: Any = None  # the optimized model object (a framework model, or the IR Graph)
+    verified: str = ""  # what the numerics check compared, or why there was none
 
 
 class Plugin:
@@ -188,6 +189,9 @@ class Plugin:
             report = run_passes(graph, level=level, passes=passes, disable=disable, debug=debug, feeds=feeds,
                                 mode=options.get("mode", "inference"))
         out = self.export(graph, original=model, backend=backend, **options)
+        if verify and example_inputs is None:
+            fallback("verify", f"the optimized {self.title} model was not verified: no example inputs were given "
+                     f"(pass example inputs, or verify=False to skip the check)")
         if verify and example_inputs is not None:
             problem = compare_outputs(self.run(model, example_inputs), self.run(out, example_inputs),
                                       self.rtol, self.atol)

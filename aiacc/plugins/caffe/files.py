@@ -53,4 +53,10 @@ def optimize_file(path: str, out: str, *, weights: str | None = None, level: int
     os.makedirs(os.path.dirname(os.path.abspath(base)) or ".", exist_ok=True)
     prototxt, caffemodel = base + ".prototxt", base + ".caffemodel"
     fast.save(prototxt, caffemodel)
-    return FileReport(path, "caffe", [prototxt, caffemodel], getattr(fast, "aiacc_report", None), fast)
+    return FileReport(path, "caffe", [prototxt, caffemodel], getattr(fast, "aiacc_report", None), fast,
+                      _said(verify, seed, PLUGIN))
+
+
+def _said(verify: bool, seed: int, plugin) -> str:
+    return (f"verified: same outputs and output names on random inputs (seed {seed}, rtol={plugin.rtol:g}, "
+            f"atol={plugin.atol:g})" if verify else "not verified (verify=False)")

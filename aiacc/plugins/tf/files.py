@@ -94,4 +94,6 @@ def optimize_file(path: str, out: str, *, level: int = 2, passes: Any = None, di
         example = random_inputs(import_model(model, None), seed=seed)
     fast = PLUGIN.optimize(model, example, level=level, passes=passes, disable=disable, verify=verify)
     tf().saved_model.save(fast, out)
-    return FileReport(path, "tf", [out], getattr(fast, "aiacc_report", None), fast)
+    said = (f"verified: same outputs on random inputs (seed {seed}, rtol={PLUGIN.rtol:g}, atol={PLUGIN.atol:g})"
+            if verify else "not verified (verify=False)")
+    return FileReport(path, "tf", [out], getattr(fast, "aiacc_report", None), fast, said)

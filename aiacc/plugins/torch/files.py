@@ -79,4 +79,7 @@ def optimize_file(path: str, out: str, **kw: Any) -> FileReport:
         torch.export.save(program, out)
     else:
         torch.save(fast, out)
-    return FileReport(str(path), "torch", [out], getattr(fast, "aiacc_report", None), fast)
+    said = ("not verified (verify=False)" if not kw.get("verify", True) else
+            "not verified: the file holds no example inputs" if example is None else
+            f"verified: same outputs on the file's example inputs (rtol={PLUGIN.rtol:g}, atol={PLUGIN.atol:g})")
+    return FileReport(str(path), "torch", [out], getattr(fast, "aiacc_report", None), fast, said)
