@@ -461,6 +461,17 @@ class Graph:
         """A token for `rollback`: the point to return to. O(1)."""
         return Checkpoint(next(self._serial), len(self.outputs))
 
+    def nodes_since(self, token: "Checkpoint") -> list[Node]:
+        """The nodes appended at the end of the graph since `token` (from Graph.checkpoint()), in graph
+        order: what an importer's translation of one framework op made (to record where they came from).
+        Walks back from the last node only as far as the new ones go, so an import stays linear."""
+        out = []
+        n = self._root._prev
+        while n is not self._root and n._seq > token.seq:
+            out.append(n)
+            n = n._prev
+        return out[::-1]
+
     def rollback(self, token: "Checkpoint") -> list[Value]:
         """Undo everything added since `token`: the nodes (erased from the last), the initializers and
         graph inputs, and the graph outputs appended. For an importer whose translation of one framework

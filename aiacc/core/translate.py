@@ -6,6 +6,8 @@
 - `Untranslatable`: raised by a translation that meets a construct it does not cover; the importer rolls
   back what the translation added (`Graph.checkpoint()/rollback()`) and keeps the construct as an opaque
   node (`Graph.add_opaque`).
+- `record_source`: stamps node.meta["source"] (the framework layer: a torch module's qualified name or fx
+  call, a TF op name, an MXNet symbol node) on the nodes one framework op's translation made, for the view.
 - `decompose_fused`: a copy of a graph with aiacc's fused ops rewritten into the standard ops they stand
   for, for a target that cannot run (some of) them.
 
@@ -111,6 +113,14 @@ class OpTable:
 
     def __repr__(self) -> str:
         return f"<OpTable {self.name!r}: {len(self)} entries>"
+
+
+def record_source(graph: Graph, token: Any, source: str) -> None:
+    """Record `source` (the framework layer) in meta["source"] of every node added since `token`
+    (Graph.checkpoint()) that has none yet; the rewrite engine carries it to the fused nodes
+    (meta["sources"], see aiacc.core.passes.rewrite.sources_of)."""
+    for n in graph.nodes_since(token):
+        n.meta.setdefault("source", source)
 
 
 def _describe(key: Any) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from aiacc.core.ir import Graph, Node
+from aiacc.core.passes.rewrite import sources_of
 from aiacc.core.text import format_type
 from aiacc.errors import UnsupportedError
 
@@ -60,8 +61,20 @@ def _q(s: str) -> str:
     return json.dumps(s)
 
 
+def sources_list(node: Node) -> list[str]:
+    """The framework layers a node came from: one for an imported node, those of every node a fused node
+    replaced (aiacc.core.passes.rewrite.sources_of), else what an opaque node's payload names."""
+    found = sources_of(node)
+    if found:
+        return found
+    one = source_of(node)
+    return [one] if one else []
+
+
 def source_of(node: Node) -> str | None:
-    """The framework layer a node came from, where its plugin recorded one."""
+    """The framework layer a node came from, where its plugin recorded one ("; "-joined for a fused node)."""
+    if node.meta.get("sources"):
+        return "; ".join(node.meta["sources"])
     for key in _SOURCE_KEYS:
         v = node.meta.get(key)
         if isinstance(v, str) and v:
@@ -102,7 +115,7 @@ def node_facts(node: Node, flops: int | None) -> dict[str, Any]:
         "inputs": ins,
         "outputs": [{"name": v.name, "type": format_type(v.type),
                      "to": [u.name for u, _ in v.uses][:12]} for v in node.outputs],
-        "flops": flops, "source": source_of(node),
+        "flops": flops, "source": source_of(node), "sources": sources_list(node),
         "fused_from": list(node.meta.get("replaced", ())), "rule": node.meta.get("rule"),
     }
 

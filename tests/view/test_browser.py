@@ -170,3 +170,26 @@ def test_a_graph_of_1200_nodes_stays_responsive(browser, tmp_path):
     browser.execute_script("aiaccSelect('bn1100')")
     assert browser.execute_script("return performance.now()") - t0 < 1000
     assert browser.find_element(By.ID, "info").get_attribute("data-node") == "bn1100"
+
+
+def test_the_panel_shows_the_framework_layers(browser, tmp_path):
+    """A click on a node of a torch model's view names the module it came from; on a fused node, every
+    layer it replaced."""
+    from selenium.webdriver.common.by import By
+
+    import aiacc
+    from tests.view.test_sources import _torch_net
+
+    model, x = _torch_net()
+    _load(browser, aiacc.view(model, x, optimize=True, output=tmp_path / "net.html"))
+    data = json.loads(browser.execute_script("return document.getElementById('aiacc-data').textContent"))
+    info = browser.find_element(By.ID, "info")
+    for side, want in (("before", lambda f: f["name"] == "head"),
+                       ("after", lambda f: "block_conv" in f["fused_from"])):
+        nid = next(k for k, f in data["graphs"][side]["nodes"].items() if want(f))
+        browser.execute_script("aiaccSelect(arguments[0])", nid)
+        browser.find_element(By.ID, nid).click()
+        assert info.get_attribute("data-node") == nid
+        facts = data["graphs"][side]["nodes"][nid]
+        assert facts["sources"] and all(s in info.text for s in facts["sources"]), info.text
+    assert "layers" in info.text and "block.bn (BatchNorm2d)" in info.text

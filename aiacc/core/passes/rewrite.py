@@ -429,17 +429,38 @@ class Rule:
 
 def _record_provenance(rule: str, matched: Sequence[Node], created: Sequence[Node]) -> None:
     """Provenance for `aiacc view`: each new node's meta["replaced"] names the original nodes the rewrite
-    erased (through earlier rewrites: a node that replaced others stands for them) and meta["rule"] the rule."""
+    erased (through earlier rewrites: a node that replaced others stands for them), meta["rule"] the rule
+    and meta["sources"] the framework layers of the erased nodes (`sources_of`)."""
     replaced: list[str] = []
+    sources: list[str] = []
     for n in matched:
         if n.erased:
             replaced.extend(n.meta.get("replaced") or (n.name,))
+            sources.extend(sources_of(n))
     if not replaced:
         return
     for n in created:
         if not n.erased:
             n.meta["replaced"] = list(dict.fromkeys(replaced))
             n.meta["rule"] = rule
+            if sources:
+                n.meta["sources"] = list(dict.fromkeys(sources + sources_of(n)))
+
+
+# meta keys under which importers record the framework layer a node came from (Caffe: its layer name)
+_SOURCE_KEYS = ("source", "caffe_layer")
+
+
+def sources_of(node: Node) -> list[str]:
+    """The framework layers `node` stands for: a fused node's meta["sources"] (the layers of every node it
+    replaced), else the one its importer recorded; [] when none was."""
+    if node.meta.get("sources"):
+        return list(node.meta["sources"])
+    for key in _SOURCE_KEYS:
+        v = node.meta.get(key)
+        if isinstance(v, str) and v:
+            return [v]
+    return []
 
 
 class RuleFailure(AiaccError):

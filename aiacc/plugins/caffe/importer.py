@@ -21,7 +21,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from aiacc.core.ir import Graph, TensorType, Value
-from aiacc.core.translate import OpTable, Untranslatable
+from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, GraphError, KernelError, ParseError, ShapeError, UnsupportedError
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import blob_shape, blob_to_array, layer_phase_ok, legacy_inputs
@@ -172,6 +172,7 @@ class Importer:
         bottoms = self._bottoms(layer)
         translate = TRANSLATORS.get(layer.type)
         outs = None
+        start = self.g.checkpoint()  # for the view: every node made from this layer records it
         if translate is not None:
             mark = self.g.checkpoint()
             try:
@@ -181,6 +182,7 @@ class Importer:
                 outs = self._opaque(layer, bottoms, reason=str(e))
         else:
             outs = self._opaque(layer, bottoms)
+        record_source(self.g, start, f"{layer.name} ({layer.type})")
         for b in layer.bottom:
             self.read.add(b)
         if len(outs) != len(layer.top):

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
-from aiacc.core.translate import OpTable, Untranslatable
+from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, UnsupportedError, fallback
 from aiacc.plugins.mxnet.symjson import MxNode, MxSymbol, attr_bool, attr_float, attr_int, attr_str, attr_tuple
 
@@ -172,6 +172,7 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
             ins.append(env[(i, k)])
         outs = None
         fn = converters.get(n.op)
+        start = g.checkpoint()  # for the view: the nodes made from this symbol node record its name
         if fn is not None:
             mark = g.checkpoint()
             try:
@@ -201,6 +202,7 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
                     g.rollback(mark)  # a converter may have built part of a translation before giving up
         if outs is None:
             outs = _opaque(g, n, ins, opaque_backend)
+        record_source(g, start, f"{n.name} ({n.op})")
         if isinstance(outs, Value):
             outs = [outs]
         for k, v in enumerate(outs):

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
-from aiacc.core.translate import OpTable, Untranslatable
+from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import ShapeError, UnsupportedError, fallback
 from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
 from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, first_line, main_op, region_graph_def,
@@ -403,18 +403,26 @@ class GraphImporter:
                                 and op.name not in variable_ops], library)
         self._outputs = {t.name for t in outputs}
         for unit in contract(ops, regions):
-            if isinstance(unit, list):
-                self._translate_region(unit, tfgraph)
-            elif unit.name in inlined:
-                entries = self._translate_call(unit)
-                if entries is None:
-                    self._translate_region([unit], tfgraph)
-                    continue
-                for t, e in zip(unit.outputs, entries):
-                    self._merge_type(e, t)
-                    self.env[t.name] = e
-            elif unit.type != "Placeholder":
-                self._translate(unit)
+            mark = self.g.checkpoint()
+            self._translate_unit(unit, inlined, tfgraph)
+            # for the view: the TF op (a Keras layer's ops are named after the layer) each node came from
+            main = main_op(unit) if isinstance(unit, list) else unit
+            record_source(self.g, mark, f"{main.name} ({main.type})")
+
+    def _translate_unit(self, unit, inlined: set, tfgraph) -> None:
+        """Translate one op, inlined function call or opaque region (a list of ops)."""
+        if isinstance(unit, list):
+            self._translate_region(unit, tfgraph)
+        elif unit.name in inlined:
+            entries = self._translate_call(unit)
+            if entries is None:
+                self._translate_region([unit], tfgraph)
+                return
+            for t, e in zip(unit.outputs, entries):
+                self._merge_type(e, t)
+                self.env[t.name] = e
+        elif unit.type != "Placeholder":
+            self._translate(unit)
 
     def _inline(self, call) -> bool:
         """Decide whether a function call is translated through its body (see _translate_call)."""

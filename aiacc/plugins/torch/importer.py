@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, TensorType, Value
-from aiacc.core.translate import OpTable, Untranslatable
+from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError, fallback
 from aiacc.plugins.torch._fx import trace_module
 from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
@@ -163,6 +163,18 @@ def describe_node(gm: fx.GraphModule, n: fx.Node) -> str:
     target = getattr(n.target, "__qualname__", None) or getattr(n.target, "__name__", str(n.target))
     module = getattr(n.target, "__module__", None) or ""
     return f"{n.name} ({module + '.' if module and module != 'builtins' else ''}{target})"
+
+
+def layer_of(gm: fx.GraphModule, n: fx.Node) -> str:
+    """The framework layer fx node `n` came from: a module call's qualified name and class, else the call
+    with the innermost module whose forward made it ('layer1.0 (BasicBlock): add (operator.add)')."""
+    what = describe_node(gm, n).replace("torch._VariableFunctionsClass.", "torch.").replace("(_operator.",
+                                                                                           "(operator.")
+    stack = n.meta.get("nn_module_stack") or {}
+    if n.op == "call_module" or not stack:
+        return what
+    qualname, cls = list(stack.values())[-1]
+    return f"{qualname} ({getattr(cls, '__name__', None) or str(cls).rsplit('.', 1)[-1]}): {what}"
 
 
 def describe_args(args: tuple, kwargs: dict) -> str:
@@ -305,7 +317,9 @@ class Importer:
             else:
                 args = fx.node.map_arg(n.args, lambda a: env[a])
                 kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+                mark = g.checkpoint()
                 env[n] = self._convert_call(gm, n, args, kwargs)
+                record_source(g, mark, layer_of(gm, n))  # for the view: the layer each node came from
         # the forward's parameter order (fx moves keyword-only parameters before *args)
         order = {name: i for i, name in enumerate(self.param_order)}
         signature.sort(key=lambda e: order.get(e[1].lstrip("*"), len(order)))

@@ -38,7 +38,8 @@
     var panel = panelOf(id), other = panel === "after" ? "before" : "after";
     var rows = [];
     rows.push(["op", esc(f.op) + (f.opaque ? " <b>(opaque: kept as the framework's own)</b>" : "")]);
-    rows.push(["layer", f.source ? esc(f.source) : "(no framework layer recorded; node name " + esc(f.name) + ")"]);
+    var layers = f.sources && f.sources.length ? f.sources : (f.source ? [f.source] : []);
+    rows.push([layers.length > 1 ? "layers" : "layer", layers.length ? layers.map(esc).join("<br>") : "(no framework layer recorded; node name " + esc(f.name) + ")"]);
     rows.push(["FLOPs", count(f.flops)]);
     var attrs = Object.keys(f.attrs);
     rows.push(["attributes", attrs.length ? attrs.map(function (k) { return "<b>" + esc(k) + "</b> = " + esc(f.attrs[k]); }).join("<br>") : "(none)"]);
