@@ -143,12 +143,13 @@ def _entropy_range(values: np.ndarray, lo: float, hi: float, bins: int = 2048) -
         p[-1] += hist[i:].sum()
         if p.sum() == 0:
             continue
-        chunks = np.array_split(np.arange(i), levels)
-        q = np.zeros(i)
-        for c in chunks:
-            nz = hist[c] > 0
-            if nz.any():
-                q[c[nz]] = hist[c].sum() / nz.sum()
+        # q: the first i bins merged into `levels` levels, each level's mass spread over its non-empty bins
+        starts = np.linspace(0, i, levels + 1).astype(np.int64)[:-1]
+        nonzero = (hist[:i] > 0).astype(np.float64)
+        mass = np.add.reduceat(hist[:i], starts)
+        count = np.add.reduceat(nonzero, starts)
+        lengths = np.diff(np.append(starts, i))
+        q = np.repeat(np.where(count > 0, mass / np.maximum(count, 1), 0.0), lengths) * nonzero
         pn, qn = p / p.sum(), q / max(q.sum(), 1e-12)
         mask = pn > 0
         kl = float(np.sum(pn[mask] * np.log(pn[mask] / np.maximum(qn[mask], 1e-12))))

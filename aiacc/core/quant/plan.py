@@ -188,7 +188,7 @@ def close_plan(graph: Graph, chosen: set[str]) -> set[str]:
     layers (a Reshape between two int8 matmuls moves int8; one between float layers stays float)."""
     plan = set(chosen)
     for n in graph:
-        if n.name in plan and n.op in qdq.COMPUTE:
+        if n.name in plan and n.op in qdq.FUSES_ACTIVATION:
             users = n.outputs[0].users()
             if len(users) == 1 and users[0].op in qdq.ACTIVATIONS and not users[0].domain:
                 plan.add(users[0].name)

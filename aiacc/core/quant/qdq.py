@@ -12,7 +12,7 @@ QLinearGlobalAveragePool, ...) and conv/matmul chains stay in int8 end to end:
   producer, shared by every quantized consumer. A quantized producer's output goes to all its consumers
   through the pair (so the producer itself can run in int8); an unquantized producer keeps feeding its
   float consumers directly.
-- a Relu/Clip that is the only consumer of a quantized conv/matmul is quantized with it: the pair goes
+- a Relu/Clip that is the only consumer of a quantized conv/matmul/add is quantized with it: the pair goes
   after the activation, whose range starts at 0 (zero point 0), which onnxruntime folds into the kernel.
 - data-movement ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) keep their input's scale
   on their output, so onnxruntime drops their Q/DQ pairs and they move int8 data.
@@ -34,6 +34,7 @@ ACTIVATIONS = ("Relu", "Clip")  # folded into the quantized op before them
 PASSTHROUGH = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze")  # int8 moves through
 OTHER = ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Softmax", "Sigmoid")  # integer kernels
 QUANTIZABLE = COMPUTE + PASSTHROUGH + OTHER
+FUSES_ACTIVATION = COMPUTE + ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool")
 # symmetric int8 weights in [-WEIGHT_QMAX, WEIGHT_QMAX] (no -128: symmetric around exact zero). x86 without
 # VNNI multiplies u8 x s8 pairs into saturating int16 (vpmaddubsw): there weights get 7 bits (63), as
 # onnxruntime's own reduce_range does, or its int8 kernels and the QDQ graph's meaning part (measured:
@@ -86,10 +87,10 @@ def eligible(node: Node) -> bool:
 
 
 def fused_activation(node: Node, quantized: set[str]) -> Node | None:
-    """The Relu/Clip a quantized compute node's output goes to alone (quantized with it), if any."""
+    """The Relu/Clip a quantized node's output goes to alone (quantized with it), if any."""
     out = node.outputs[0]
     users = out.users()
-    if node.op not in COMPUTE or out.is_graph_output or len(users) != 1:
+    if node.op not in FUSES_ACTIVATION or out.is_graph_output or len(users) != 1:
         return None
     act = users[0]
     if act.op in ACTIVATIONS and not act.domain and act.inputs[0] is out and act.name in quantized:
