@@ -120,7 +120,8 @@ class CudaFusedKernel:
                 if fn is None:
                     source = kernel_source(self.program, self.n_inputs, modes)
                     namespace: dict = {"math": math}
-                    exec(compile(source, f"<aiacc cuda fused elementwise {self.program}>", "exec"), namespace)  # noqa: S102
+                    code = compile(source, f"<aiacc cuda fused elementwise {self.program}>", "exec")
+                    exec(code, namespace)  # noqa: S102  (generated from the validated program)
                     self.sources[modes] = source
                     fn = self._kernels[modes] = namespace["_launch"]
         return fn
