@@ -56,8 +56,14 @@ def is_initialized() -> bool:
     return _dist().is_initialized()
 
 
+def default_backend(cuda: bool) -> str:
+    """The torch.distributed backend when none is given: with CUDA, NCCL for CUDA tensors and gloo for CPU
+    ones (torch dispatches each collective by the tensor's device), gloo alone without CUDA."""
+    return "cpu:gloo,cuda:nccl" if cuda else "gloo"
+
+
 def init(backend: str | None = None) -> None:
-    """Join the job's process group (once). Backend: AIACC_BACKEND, else NCCL with CUDA, else gloo."""
+    """Join the job's process group (once). Backend: AIACC_BACKEND, else default_backend()."""
     import torch
 
     dist = _dist()
@@ -71,9 +77,9 @@ def init(backend: str | None = None) -> None:
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
-    backend = backend or os.environ.get("AIACC_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank())
+    backend = backend or os.environ.get("AIACC_BACKEND") or default_backend(torch.cuda.is_available())
+    if "nccl" in backend:  # ranks beyond the device count share devices (NCCL itself may refuse that)
+        torch.cuda.set_device(local_rank() % max(1, torch.cuda.device_count()))
     from torch.distributed import distributed_c10d as c10d
 
     # join with the generous timeout, then collectives get AIACC_COMM_TIMEOUT (where torch lets us set it)
