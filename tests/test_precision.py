@@ -1,0 +1,181 @@
+"""aiacc.optimize(..., precision=...) through the plugins: int8 for torch and Keras (run by onnxruntime),
+bf16/fp16 for torch, the accuracy guard, and the errors for bad calibration data or options."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import aiacc
+from aiacc.errors import ShapeError, UnsupportedError, VerificationError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+nn = torch.nn
+
+
+class Net(nn.Module):
+    def __init__(self, outlier: bool = False):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 16)
+        self.head = nn.Linear(16, 10)
+        if outlier:  # one fc output ~3000x the others, which the head ignores: per-tensor int8 loses the rest
+            with torch.no_grad():
+                self.fc.weight[0] *= 3000
+                self.head.weight[:, 0] = 0
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv1(x)))
+        y = torch.relu(self.conv2(y)) + y
+        return self.head(torch.relu(self.fc(torch.flatten(y, 1))))
+
+
+def _data(n=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(4, 1, 8, 8, generator=g) for _ in range(n)]
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_torch_int8_runs_on_onnxruntime_and_matches():
+    torch.manual_seed(0)
+    m = Net().eval()
+    cal = _data()
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    rep = q.aiacc_precision
+    assert {"conv1", "conv2", "fc", "head"} <= set(rep.quantized)
+    assert rep.backend == "onnxruntime" and "calibration samples" in rep.verified
+    x = _data(1, seed=5)[0]  # a fresh input
+    with torch.no_grad():
+        assert _rel(q(x).numpy(), m(x).numpy()) < 0.05
+    # the graph onnxruntime runs is the QDQ plan: int8 weights behind DequantizeLinear
+    ops = q.runner.graph.op_histogram()
+    assert ops["QuantizeLinear"] >= 4 and "Conv" in ops
+    assert any(v.const.dtype == np.int8 for v in q.runner.graph.initializers.values())
+
+
+def test_native_int8_says_it_runs_on_onnxruntime():
+    m = Net().eval()
+    with pytest.warns(Warning, match="no int8 kernels.*onnxruntime"):
+        q = aiacc.optimize(m, _data(1)[0], precision="int8", calibration=_data(2))
+    assert q.aiacc_precision.backend == "onnxruntime"
+
+
+def test_guard_refuses_an_over_aggressive_plan_and_names_the_layer():
+    torch.manual_seed(0)
+    m = Net(outlier=True).eval()
+    cal = _data()
+    with pytest.raises(VerificationError) as e:
+        aiacc.optimize(m, cal[0], precision="int8", calibration=cal, keep_float=[], tolerance=0.05,
+                       backend="onnxruntime")
+    msg = str(e.value)
+    assert "worst layers" in msg and "keep_float=" in msg
+    assert "fc" in msg.split("worst layers")[1].split(";")[0]  # the layer with the outlier output
+    # following the suggestion passes; the automatic plan finds it by itself
+    keep = eval(msg.split("keep_float=")[1])  # noqa: S307  (the list the message suggests)
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, keep_float=keep, tolerance=0.05,
+                       backend="onnxruntime")
+    assert set(keep) <= set(q.aiacc_precision.kept_float)
+    auto = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, tolerance=0.05, backend="onnxruntime")
+    assert auto.aiacc_precision.ok and "fc" in auto.aiacc_precision.kept_float
+
+
+def test_top1_tolerance_and_holdout():
+    torch.manual_seed(0)
+    m = Net().eval()
+    cal = _data()
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, tolerance={"top1": 0.9},
+                       holdout=_data(3, seed=9), backend="onnxruntime")
+    assert "top-1 agreement" in q.aiacc_precision.verified and "3 holdout samples" in q.aiacc_precision.verified
+
+
+def test_calibration_errors():
+    m = Net().eval()
+    x = _data(1)[0]
+    with pytest.raises(ShapeError, match="calibration data is empty"):
+        aiacc.optimize(m, x, precision="int8", calibration=[])
+    with pytest.raises(ShapeError, match="calibration data is empty"):
+        aiacc.optimize(m, x, precision="int8", calibration=iter(()))
+    with pytest.raises(ShapeError, match=r"calibration sample 1: graph input 'x': dimension 2 should be 8.*"
+                                         r"expected \[4, 1, 8, 8\]"):
+        aiacc.optimize(m, x, precision="int8", calibration=[x, torch.randn(4, 1, 9, 8)])
+    with pytest.raises(ShapeError, match="calibration sample 0: graph input 'x': expected dtype float32"):
+        aiacc.optimize(m, x, precision="int8", calibration=[x.double()])
+    with pytest.raises(ShapeError, match="iterable of inputs"):
+        aiacc.optimize(m, x, precision="int8", calibration=x)
+    with pytest.raises(UnsupportedError, match="unknown precision 'int4'"):
+        aiacc.optimize(m, x, precision="int4")
+    with pytest.raises(UnsupportedError, match="apply to precision='int8'"):
+        aiacc.optimize(m, x, precision="bf16", calibration=[x])
+    with pytest.raises(UnsupportedError, match="not layers of this model"):
+        aiacc.optimize(m, x, precision="int8", calibration=[x], keep_float=["conv7"])
+
+
+def test_opaque_torch_module_is_quantized_around():
+    class Odd(nn.Module):  # a module the importer keeps opaque (its forward calls numpy)
+        def forward(self, x):
+            return torch.from_numpy(np.tanh(x.detach().numpy()))
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+            self.odd = Odd()
+            self.conv2 = nn.Conv2d(8, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv2(self.odd(torch.relu(self.conv1(x))))
+
+    torch.manual_seed(0)
+    m = M().eval()
+    cal = _data(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    graph = q.runner.graph
+    opaque = [n for n in graph if n.is_opaque]
+    assert opaque, "the test needs an opaque node"
+    assert {"conv1", "conv2"} <= set(q.aiacc_precision.quantized)
+    assert q.runner.num_opaque == len(opaque)
+    with torch.no_grad():
+        assert _rel(q(cal[1]).numpy(), m(cal[1]).numpy()) < 0.05
+
+
+def test_torch_bf16_and_fp16():
+    torch.manual_seed(0)
+    m = Net().eval()
+    x = _data(1)[0]
+    b = aiacc.optimize(m, x, precision="bf16")
+    with torch.no_grad():
+        out = b(x)
+        assert out.dtype == torch.float32  # float32 at the boundary
+        assert _rel(out.numpy(), m(x).numpy()) < 0.05
+    assert any(p.dtype == torch.bfloat16 for p in b.parameters())
+    h = aiacc.optimize(m, x, precision="fp16", backend="onnxruntime")
+    with torch.no_grad():
+        assert _rel(h(x).numpy(), m(x).numpy()) < 0.01
+    with pytest.raises(UnsupportedError, match="no bfloat16 kernels"):
+        aiacc.optimize(m, x, precision="bf16", backend="onnxruntime")
+
+
+def test_keras_int8():
+    tf = pytest.importorskip("tensorflow")
+    tf.keras.utils.set_random_seed(0)
+    m = tf.keras.Sequential([tf.keras.Input((8, 8, 1)),
+                             tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+                             tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+                             tf.keras.layers.Flatten(), tf.keras.layers.Dense(10)])
+    r = np.random.default_rng(0)
+    cal = [r.standard_normal((4, 8, 8, 1)).astype(np.float32) for _ in range(4)]
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    assert len(q.aiacc_precision.quantized) >= 3
+    x = r.standard_normal((4, 8, 8, 1)).astype(np.float32)
+    assert _rel(np.asarray(q(x)), np.asarray(m(x))) < 0.05
+    with pytest.raises(UnsupportedError, match="no reduced-float path"):
+        aiacc.optimize(m, cal[0], precision="bf16")
