@@ -47,8 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 MB = 1 << 20
 RATES = ("100mbit", "1gbit", "10gbit")
-MODELS = ("resnet", "bert")
+MODELS = ("resnet", "bert")  # and "tiny" (the CI smoke's)
 SWEEP_MB = (1, 5, 50)
+LOCAL = "1 rank, no comm"
+SLOWEST = "slowest rank, no comm"  # LOCAL's steps timed to a barrier after them (not a candidate)
 
 
 # -- the rank's side ---------------------------------------------------------------------------------
@@ -67,12 +69,24 @@ def build(name: str, rank: int):
         x = torch.randn(32, 3, 64, 64, generator=g)
         y = torch.randint(0, 10, (32,), generator=g)
         return model, x, lambda m: torch.nn.functional.cross_entropy(m(x), y)
+    if name == "tiny":  # the CI smoke's model (tests/distributed/test_dp_smoke.py): no BatchNorm, so 2 ranks
+        model = BertEncoder(64, 16, 2, 1, 32, max_len=8, dropout=0.0)  # equal single-process training
+        x, y = tiny_batch(rank)
+        return model, x, lambda m: torch.nn.functional.mse_loss(m(x)[1], y)
     if name == "bert":
         model = BertEncoder(4000, 256, 4, 3, 1024, max_len=64, dropout=0.0)
         x = torch.randint(0, 4000, (8, 64), generator=g)
         y = torch.randn(8, 256, generator=g)
         return model, x, lambda m: torch.nn.functional.mse_loss(m(x)[1], y)
     raise SystemExit(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def tiny_batch(rank: int):
+    """The tiny model's (token ids, targets) of `rank`: 4 sequences of 8 tokens."""
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randint(0, 64, (4, 8), generator=g), torch.randn(4, 16, generator=g)
 
 
 def measured_spec(model, loss_fn, reps: int):
@@ -188,7 +202,9 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
                 p.grad.copy_(flat[off:off + n].view_as(p.grad))
                 off += n
     out["Horovod 64 MB"] = (m, plain(m, f, sgd(m), fused),
-                            after_backward(strategies.horovod(spec, threshold=64 * MB, cycle_s=0)), "none")
+                            # one fusion cycle covering all of backward: every gradient in 64 MB buffers
+                            after_backward(strategies.horovod(spec, threshold=64 * MB, cycle_s=2 * spec.backward_s + 1)),
+                            "none")
 
     m, st, plan = ddp(25, default_hooks.fp16_compress_hook)
     out["DDP fp16 hook"] = (m, st, plan, "fp16")
@@ -224,13 +240,18 @@ def interleave(cands: dict, rounds: int, warmup: int, block: int) -> dict[str, l
             if finish:
                 finish()
             dt = (time.perf_counter() - t0) / block
+            if n == LOCAL:  # the same steps, up to when the slowest rank has done them (the compute that a
+                dist.barrier()  # job coupled by its all-reduces runs at, whatever loads one rank's core)
+                slowest = (time.perf_counter() - t0) / block
             if i >= warmup:
                 times[n].append(dt)
+                if n == LOCAL:
+                    times.setdefault(SLOWEST, []).append(slowest)
     return times
 
 
 def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
-           block: int) -> None:
+           block: int, save_params: str | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -259,25 +280,36 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         times = interleave(cands, steps, warmup, block)
         ref = dict(cands["DDP 25 MB"][0].named_parameters())
         # the compute of this run, as measured beside the candidates (the machine's load changes): the
-        # profiled per-layer split, scaled to the median step of the candidate without communication
-        scale = statistics.median(times["1 rank, no comm"]) / (spec.forward_s + spec.backward_s)
+        # profiled per-layer split, scaled to the median step without communication of the slowest rank
+        # (ranks coupled by all-reduces run at the pace of the slower one; one rank's own step is faster
+        # where another job loads the other rank's core)
+        local_s = statistics.median(times[LOCAL])
+        scale = statistics.median(times[SLOWEST]) / (spec.forward_s + spec.backward_s)
         spec = ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s * scale, l.backward_s * scale, l.grads)
                                           for l in spec.layers))
         rows = {}
         for label, (m, _, plan, compression, *_) in cands.items():
             if plan is None:
-                pred = spec.forward_s + spec.backward_s
-                lb = pred
+                pred = lb = local_s
             else:
                 sync = "layer" if label == "aiacc per-layer" else "step"
                 pred = simulate(spec, cluster, plan, cost, validate=False, sync=sync).iteration_s
                 lb = lower_bound(spec, cluster, cost, compression)
             diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
             rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
-                           "buckets": len(plan.buckets) if plan is not None else 0}
+                           "buckets": len(plan.buckets) if plan is not None else 0,
+                           "notes": plan.notes if plan is not None else ""}
         report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
-                                  "rows": rows, "ddp_best_mb": best}
+                                  "rows": rows, "ddp_best_mb": best,
+                                  "slowest_compute_s": statistics.median(times[SLOWEST]),
+                                  "steps_per_candidate": (steps + warmup) * block}
+        if save_params:  # every candidate's parameters, for the CI smoke's check against one process
+            import numpy as np
+
+            np.savez(f"{save_params}.{rank}.npz", **{f"{label}/{n}": p.detach().numpy()
+                                                     for label, (m, *_) in cands.items()
+                                                     for n, p in m.named_parameters()})
         del cands
     if rank == 0:
         Path(out).write_text(json.dumps(report))
@@ -290,6 +322,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
              block: int, timeout: float) -> dict:
     """One testbed of 2 nodes at `rate`, the worker on each node (pinned to its own core); rank 0's report."""
+    from aiacc.distributed.launch import launch_local
     from aiacc.distributed.testbed import Testbed
 
     with tempfile.TemporaryDirectory() as d:
@@ -297,9 +330,14 @@ def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple
         argv = [__file__, "--worker", out, "--models", ",".join(models), "--steps", str(steps),
                 "--warmup", str(warmup), "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
                 "--block", str(block)]
-        with Testbed(2, rate) as tb:
-            res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0,
-                         env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        if rate == "loopback":  # 2 ranks on this machine's loopback, unshaped and unpinned
+            res = launch_local(argv, 2, timeout=timeout, env=env)
+            for k, r in enumerate(res):
+                r.node = k
+        else:
+            with Testbed(2, rate) as tb:
+                res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0, env=env)
         for r in res:
             if r.returncode != 0:
                 raise SystemExit(f"benchmark rank on node {r.node} failed (returncode {r.returncode}):\n"
@@ -317,7 +355,7 @@ def table(reports: dict[str, dict]):
 
     t = Table(title="Data-parallel step on the emulated cluster: 2 nodes x 1 rank (gloo, each node on its own core), "
                     "medians of interleaved steps")
-    for col in ("link", "model", "candidate", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
+    for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
                 "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "max |param - DDP|"):
         t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
     for rate, rep in reports.items():
@@ -330,7 +368,8 @@ def table(reports: dict[str, dict]):
                 r = rows[label]
                 med = statistics.median(r["times"])
                 q = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [med, med, med]
-                t.add_row(rate, f"{name} ({m['params'] / 1e6:.1f} M)", label, f"{med * 1e3:.0f}",
+                t.add_row(rate, f"{name} ({m['params'] / 1e6:.1f} M)", label + (" *" if r.get("notes") else ""),
+                          str(r.get("buckets", "")) if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
                           f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
                           f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
@@ -350,22 +389,27 @@ def main() -> None:
     ap.add_argument("--profile-reps", type=int, default=5, help="profiled steps for the measured compute")
     ap.add_argument("--block", type=int, default=2, help="consecutive steps of a candidate per round (default 2)")
     ap.add_argument("--json", help="also write the raw reports here")
+    ap.add_argument("--loopback", action="store_true", help="2 ranks over loopback instead of the testbed "
+                    "(no root needed; no link shaping: --rates is ignored)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--save-params", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sweep = tuple(int(x) for x in args.sweep.split(",") if x)
     models = [m for m in args.models.split(",") if m]
     if args.quick:
         args.rates, args.steps, args.warmup, sweep, args.profile_reps, args.block = "1gbit", 2, 1, (), 2, 1
     if args.worker:
-        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block)
+        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params)
         return
     from rich.console import Console
 
     from aiacc.distributed.testbed import unavailable
 
-    reason = unavailable()
+    reason = None if args.loopback else unavailable()
     if reason:
-        raise SystemExit(f"benchmarks/dp.py: {reason}")
+        raise SystemExit(f"benchmarks/dp.py: {reason} (--loopback runs 2 ranks without it)")
+    if args.loopback:
+        args.rates = "loopback"
     console = Console(width=220)
     reports = {}
     for rate in args.rates.split(","):
@@ -380,6 +424,11 @@ def main() -> None:
                                                                   reports[rate]["samples"]) +
                       f" ({time.monotonic() - t0:.0f} s)", highlight=False)
     console.print(table(reports))
+    for rate, rep in reports.items():  # plans that are not aiacc's own (the planner's fallback), marked *
+        for name, m in rep["models"].items():
+            for label, r in m["rows"].items():
+                if r.get("notes"):
+                    console.print(f"* {rate} {name} {label}: {r['notes']}", highlight=False)
     if args.json:
         Path(args.json).write_text(json.dumps(reports))
 

@@ -1,12 +1,13 @@
 """Calibration of the transport (aiacc.distributed.planning): the alpha-beta fit, the multi-node ClusterSpec
 whose cost model reproduces the measured line, and a real calibration on 2 testbed nodes (its shape, never
 its timing)."""
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 
-from aiacc.core.comm import CommError, CostModel  # noqa: E402
-from aiacc.distributed.planning import cluster_from_fit, fit_alpha_beta  # noqa: E402
+from aiacc.core.comm import ClusterSpec, CommError, CostModel  # noqa: E402
+from aiacc.distributed.planning import CALIBRATION_SIZES, cluster_from_fit, fit_alpha_beta  # noqa: E402
 
 
 def test_fit_recovers_a_line_and_stays_positive():
@@ -63,5 +64,28 @@ def test_calibration_on_two_testbed_nodes_is_a_two_node_cluster(tmp_path):
     got = json.loads(line[4:])
     c = got["cluster"]
     assert (c["nodes"], c["workers_per_node"]) == (2, 1)  # one rank per node: the ring crosses the network
-    assert [b for b, _ in got["samples"]] == [4, 1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    assert [b for b, _ in got["samples"]] == [4 * n for n in CALIBRATION_SIZES]
+    # the cluster carries the samples, so the cost model charges what was measured
+    assert [tuple(x) for x in c["allreduce_samples"]] == [tuple(x) for x in got["samples"]]
+    cost = CostModel(ClusterSpec(**{**c, "allreduce_samples": tuple(map(tuple, c["allreduce_samples"]))}))
+    for b, t in got["samples"]:
+        assert cost.time(b) <= t + 1e-12  # a noisy sample above a larger one is lowered, never raised
     assert c["inter_bandwidth"] > 0 and c["compute_slowdown"] >= 1 and c["comm_slowdown"] >= 1
+
+
+def test_measured_costs_interpolate_the_samples_and_bound_them_below():
+    samples = ((4.0, 4e-4), (1 << 14, 4e-3), (1 << 16, 3e-3), (1 << 20, 8e-3), (1 << 24, 0.14))
+    c = ClusterSpec(2, 1, 1.25e8, allreduce_samples=samples)
+    cost = CostModel(c)
+    assert cost.best_algorithm(1000) == "measured"
+    assert cost.time(1 << 20) == pytest.approx(8e-3)
+    assert cost.time(1 << 14) == pytest.approx(3e-3)  # lowered to the larger message's time
+    mid = (1 << 20) + ((1 << 24) - (1 << 20)) / 2
+    assert cost.time(mid) == pytest.approx((8e-3 + 0.14) / 2)
+    assert cost.time(1 << 25) > cost.time(1 << 24)  # beyond the largest sample: its average rate
+    xs = np.array([4.0, 100.0, 1 << 14, 1 << 18, 1 << 22, 1 << 26])
+    assert np.allclose(cost.time(xs), [cost.time(float(x)) for x in xs])
+    line = cost.bound_terms()
+    assert all(line(x) <= cost.time(float(x)) + 1e-15 for x in np.geomspace(1, 1 << 26, 200))
+    with pytest.raises(CommError, match="allreduce_samples"):
+        ClusterSpec(2, 1, 1.25e8, allreduce_samples=((4.0, 1e-3),))

@@ -11,6 +11,10 @@ hierarchical-tree: the same, with the inter-node step on NCCL-style double binar
 
 Both are linear in n, so a plan's cost is a sum of (latency + n * coef) terms; "auto" picks the
 cheaper algorithm for each message, like NCCL's tuner.
+
+measured: where the cluster carries `allreduce_samples` (whole all-reduces timed on the real process
+group), the time of n bytes is the piecewise-linear interpolation of those samples (the largest sample's
+average per-byte cost beyond it, the smallest sample's time below it), and the algorithm is "measured".
 """
 from __future__ import annotations
 
@@ -45,6 +49,26 @@ class CostModel:
         self.cluster = cluster
         self.algorithm = algorithm
         self.terms = self._terms()
+        self.measured = self._measured(cluster.allreduce_samples) if cluster.allreduce_samples else None
+
+    @staticmethod
+    def _measured(samples) -> tuple[np.ndarray, np.ndarray]:
+        """The interpolation table of measured samples: times made non-decreasing in size (a larger
+        message never costs less; a noisy small sample above a larger one is lowered), one point per size."""
+        by_size: dict[float, float] = {}
+        for b, t in samples:
+            by_size[float(b)] = min(by_size.get(float(b), float("inf")), float(t))
+        xs = np.array(sorted(by_size))
+        ys = np.minimum.accumulate(np.array([by_size[x] for x in xs])[::-1])[::-1]
+        return xs, ys
+
+    def _interp(self, nbytes):
+        xs, ys = self.measured
+        n = np.asarray(nbytes, dtype=float)
+        out = np.interp(n, xs, ys)
+        slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0])  # beyond the largest sample: its average rate
+        out = np.where(n > xs[-1], ys[-1] + (n - xs[-1]) * max(slope, 0.0), out)
+        return out if isinstance(nbytes, np.ndarray) else float(out)
 
     def _terms(self) -> dict[str, Linear]:
         c = self.cluster
@@ -67,6 +91,8 @@ class CostModel:
 
     def time(self, nbytes, algorithm: str | None = None):
         """Seconds for one all-reduce of `nbytes` (a number or a numpy array)."""
+        if self.measured is not None:
+            return self._interp(nbytes)
         algorithm = algorithm or self.algorithm
         if algorithm == "auto":
             if isinstance(nbytes, np.ndarray):
@@ -77,12 +103,47 @@ class CostModel:
         return self.terms[algorithm](nbytes)
 
     def best_algorithm(self, nbytes: float) -> str:
+        """The algorithm `time` charges for a message of `nbytes` ("measured" on calibrated samples)."""
+        if self.measured is not None:
+            return "measured"
         if self.algorithm != "auto":
             return self.algorithm
         return min(self.terms, key=lambda a: self.terms[a](nbytes))
 
     def bound_terms(self) -> Linear:
         """A linear function below every algorithm's cost: no set of messages carrying n bytes in total
-        takes less than latency + coef * n."""
+        takes less than latency + coef * n. On measured samples: the smallest sample's time and the
+        smallest per-byte cost above it of any sample (a line below every interpolated point)."""
+        if self.measured is not None:
+            xs, ys = self.measured
+            lat = float(ys[0])
+            coef = max(0.0, float(min((y - lat) / (x - xs[0]) for x, y in zip(xs[1:], ys[1:]))))
+            return Linear(max(0.0, lat - coef * float(xs[0])), coef)
         ts = list(self.terms.values()) if self.algorithm == "auto" else [self.terms[self.algorithm]]
         return Linear(min(t.latency for t in ts), min(t.coef for t in ts))
+
+
+class LinearCost:
+    """One alpha-beta line as a cost model (the `CostModel` interface that `lower_bound` uses)."""
+
+    def __init__(self, line: Linear):
+        self.line = line
+        self.measured = None
+
+    def time(self, nbytes, algorithm: str | None = None):
+        """Seconds for one all-reduce of `nbytes` (a number or a numpy array) on the line."""
+        return self.line(nbytes)
+
+    def best_algorithm(self, nbytes: float) -> str:
+        """The only algorithm: the line."""
+        return "line"
+
+    def bound_terms(self) -> Linear:
+        """The line itself."""
+        return self.line
+
+
+def concave_minorant(cost: CostModel):
+    """A cost model below `cost` whose cost is concave in the bytes (what `lower_bound`'s argument needs):
+    `cost` itself unless it interpolates measured samples, else the line below all of them."""
+    return LinearCost(cost.bound_terms()) if cost.measured is not None else cost

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from aiacc.core.comm.cost import CostModel
+from aiacc.core.comm.cost import CostModel, concave_minorant
 from aiacc.core.comm.errors import CommError
 from aiacc.core.comm.plan import Plan
 from aiacc.core.comm.spec import ClusterSpec, ModelSpec
@@ -255,6 +255,9 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     cost = cost or CostModel(cluster)
     if cluster.world_size == 1:
         return model.forward_s + model.backward_s
+    # the argument below needs a concave cost; measured (interpolated) costs are bounded by the line
+    # below every sample
+    cost = concave_minorant(cost) if isinstance(cost, CostModel) else cost
     c = lambda n: float(cost.time(float(n)))
     b = cost.bound_terms().coef
     h = lambda n: c(n) - b * n

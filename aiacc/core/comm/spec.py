@@ -109,6 +109,11 @@ class ClusterSpec:
     down. `compute_slowdown` is how many times longer compute takes while an all-reduce is in flight,
     `comm_slowdown` how many times longer an all-reduce takes while compute runs (both measured by
     aiacc.distributed.planning.calibrate; 1.0: no contention, as with NCCL on a GPU).
+
+    `allreduce_samples`: measured (bytes, seconds) of whole all-reduces on the job's process group
+    (calibrate). Where given, the cost model interpolates them (a real transport is not a straight
+    alpha-beta line: a TCP stack or a token bucket makes mid-sized messages dearer than the line through
+    the smallest and largest) instead of the ring formulas of the links.
     """
 
     nodes: int
@@ -119,6 +124,7 @@ class ClusterSpec:
     intra_latency: float = 5e-6
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
+    allreduce_samples: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -130,6 +136,11 @@ class ClusterSpec:
         for k in ("inter_latency", "intra_latency"):
             if getattr(self, k) < 0:
                 raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
+        if self.allreduce_samples is not None:
+            pts = self.allreduce_samples
+            if len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts):
+                raise CommError(f"cluster allreduce_samples need at least 2 distinct non-negative "
+                                f"(bytes, seconds) pairs, got {pts!r:.200}")
         for k in ("compute_slowdown", "comm_slowdown"):
             if not getattr(self, k) >= 1.0:
                 raise CommError(f"cluster {k} must be at least 1 (a factor by which contention slows down), "

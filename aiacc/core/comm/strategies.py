@@ -142,17 +142,25 @@ def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None =
                 params={"partition": partition, "cap": cap, "scheduling": scheduling})
 
 
+DDP_SWEEP_MB = (1, 2, 5, 10, 25, 50)  # DDP bucket caps the planner tries (DDP's best of a sweep, as a user tunes it)
+
+
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
                  cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40,
-                 sync: str = "layer") -> tuple[Plan, SimResult, list[SimResult]]:
+                 sync: str = "layer", fallback_margin: float = 0.0) -> tuple[Plan, SimResult, list[SimResult]]:
     """aiacc's planner: simulate every candidate plan and keep the fastest.
 
     Candidates: dynamic-programming buckets (unbounded, and capped at sizes around the point where a
     message's latency is a few percent of its transfer time) over whole tensors and over partitions,
-    each scheduled by priority and FIFO; with `baselines`, the other strategies' plans too, so aiacc
-    is never slower than them on the simulator. The winner is then refined by `refine` (hill-climbing
-    on bucket boundaries against the simulated timeline). Returns (plan, its result, all results).
-    """
+    each scheduled by priority and FIFO; with `baselines`, the other strategies' plans too, and DDP's
+    bucketing at every cap of DDP_SWEEP_MB, so aiacc is never slower on the simulator than them nor than
+    DDP with its best bucket size. The winner is then refined by `refine` (hill-climbing on bucket
+    boundaries against the simulated timeline).
+
+    fallback_margin: where the costs are measured (and so uncertain), a plan of aiacc's own must beat
+    the best DDP-like plan (the DDP sweep) by more than this fraction of the step, else that DDP-like
+    plan is returned (fewer, larger messages: the safer choice when the model says aiacc cannot win);
+    its `notes` say so. Returns (plan, its result, all results)."""
     cost = cost or CostModel(cluster)
     lin = cost.bound_terms()
     total = max(1, sum(g.numel for g in model.gradients()) * 4)
@@ -168,14 +176,30 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
                                       compression=compression, cost=cost))
             candidates.append(dp_plan(model, cluster, partition=None, cap=s, scheduling=scheduling,
                                       compression=compression, cost=cost))
+    ddp_like: list[int] = []
     if baselines:
         for name, make in STRATEGIES.items():
             if name != "aiacc":
                 p = make(model, cluster, compression=compression)
                 candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": name, **p.params}))
+        for cap in DDP_SWEEP_MB:
+            p = ddp(model, cluster, bucket_cap=cap * MB, compression=compression)
+            ddp_like.append(len(candidates))
+            candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params}))
     results = [simulate(model, cluster, p, cost, validate=False, sync=sync) for p in candidates]
     k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
     best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds, sync=sync)
+    if ddp_like and fallback_margin > 0:
+        d = min(ddp_like, key=lambda i: (results[i].iteration_s, results[i].messages))
+        if best_res.iteration_s >= results[d].iteration_s * (1 - fallback_margin) and k != d:
+            gain = 1 - best_res.iteration_s / results[d].iteration_s
+            p = candidates[d]
+            best = Plan("aiacc", p.buckets, p.scheduling, compression,
+                        notes=f"fallback to DDP-like buckets of {p.params['bucket_cap'] / MB:g} MB: the measured "
+                              f"model predicts aiacc's own plan ({len(best.buckets)} buckets) only "
+                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin",
+                        params={**p.params, "fallback": True})
+            best_res = results[d]
     return best, best_res, results + [best_res]
 
 
@@ -242,9 +266,10 @@ def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult
     return plan, result
 
 
-def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none", sync: str = "layer") -> Plan:
+def aiacc(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none", sync: str = "layer",
+          fallback_margin: float = 0.0) -> Plan:
     """aiacc's plan (`aiacc_search`) for an executor whose next forward waits per layer or per step."""
-    return aiacc_search(model, cluster, compression=compression, sync=sync)[0]
+    return aiacc_search(model, cluster, compression=compression, sync=sync, fallback_margin=fallback_margin)[0]
 
 
 STRATEGIES: dict[str, Callable[..., Plan]] = {

@@ -100,3 +100,48 @@ def test_gradient_specs_from_graph_follows_first_use():
     assert measured.layers[0].forward_s == 1.0 and measured.layers[0].backward_s == 2.0
     with pytest.raises(CommError, match="trainable parameter w9 is not read"):
         gradient_specs_from_graph(g, trainable=["w1", "w9"])
+
+
+def _small_model():
+    # 12 layers of 4 KB to 4 MB of gradients, 10 ms of backward each
+    shapes = [(f"l{i}.weight", (1 << (10 + (i * 7) % 11),), "float32") for i in range(12)]
+    return gradient_specs_from_params(shapes, name="small", forward_s=[5e-3] * 12, backward_s=[1e-2] * 12)
+
+
+def _measured_cluster(**kw):
+    # a CPU transport like the testbed's 1 Gbit/s link: mid-sized messages dearer than the line
+    samples = ((4.0, 4e-4), (1 << 12, 1e-3), (1 << 16, 2e-3), (1 << 20, 8e-3), (1 << 22, 3.4e-2), (1 << 24, 0.14))
+    return ClusterSpec(2, 1, 1.25e8, allreduce_samples=samples, **kw)
+
+
+@pytest.mark.parametrize("contention", [(1.0, 1.0), (1.3, 1.2)])
+def test_aiacc_is_never_slower_than_ddp_at_any_swept_bucket_size(contention):
+    from aiacc.core.comm.strategies import DDP_SWEEP_MB
+
+    m = _small_model()
+    c = _measured_cluster(compute_slowdown=contention[0], comm_slowdown=contention[1])
+    plan, res, _ = aiacc_search(m, c, sync="step")
+    for cap in DDP_SWEEP_MB:
+        other = simulate(m, c, ddp(m, c, bucket_cap=cap * MB), sync="step").iteration_s
+        assert res.iteration_s <= other + 1e-12, cap
+    assert res.iteration_s >= lower_bound(m, c) - 1e-12
+
+
+def test_fallback_to_ddp_like_buckets_is_taken_and_said_when_aiacc_cannot_win_by_the_margin():
+    m = _small_model()
+    c = _measured_cluster()
+    from aiacc.core.comm.strategies import DDP_SWEEP_MB
+
+    own, own_res, _ = aiacc_search(m, c, sync="step")
+    assert not own.params.get("fallback")
+    ddp_best = min(simulate(m, c, ddp(m, c, bucket_cap=cap * MB), sync="step").iteration_s for cap in DDP_SWEEP_MB)
+    gain = 1 - own_res.iteration_s / ddp_best
+    # a margin above the gain the model predicts: the DDP-like plan is returned, and its notes say why
+    plan, res, _ = aiacc_search(m, c, sync="step", fallback_margin=gain + 0.05)
+    assert plan.params.get("fallback") and "fallback to DDP-like buckets" in plan.notes
+    assert res.iteration_s == pytest.approx(ddp_best)
+    plan.validate(m)
+    # a margin the plan clears: aiacc's own plan stays
+    if gain > 1e-3:
+        kept, _, _ = aiacc_search(m, c, sync="step", fallback_margin=gain / 2)
+        assert not kept.params.get("fallback") and kept.buckets == own.buckets
