@@ -1,27 +1,39 @@
 """Training-step benchmark: one step (forward, backward, optimizer update) of a ResNet-style CNN and a
-BERT-style encoder (aiacc.zoo), per framework, for the original, the framework's best path and aiacc's
-mode="train" model, interleaved in one process; medians and ratios to the original are printed.
+BERT-style encoder (aiacc.zoo), per framework, for the original, the framework's best paths and aiacc's
+mode="train" model. Times are interleaved in one process (medians, ratio = original / path); the peak
+memory of each path is measured in a fresh subprocess per path (Linux: the process's peak resident set,
+VmHWM, reset through /proc/self/clear_refs after building and one warm-up step, so it is the step's own
+peak: activations, gradients, optimizer state and the framework's workspace, native allocations included).
 
     torch   eager | torch.compile | aiacc.optimize(mode="train")
-    tf      Keras eager step | tf.function step | tf.function(jit_compile=True) | aiacc (+ tf.function, XLA)
-    mxnet   Gluon imperative | hybridize(static_alloc, static_shape) | aiacc (SymbolBlock, static_alloc)
+    tf      Keras eager step | tf.function step | tf.function(jit_compile=True) | aiacc in each of the three
+    mxnet   Gluon imperative | hybridize(static_alloc, static_shape) | aiacc (SymbolBlock)
 
-The loss is the mean square of the outputs (no labels needed) and the optimizer plain SGD, so every path
-does the same work. Peak memory is not measured here yet.
+aiacc's train mode measures at optimize time whether the framework's own compiler (torch.compile, XLA,
+hybridize flags) runs the step faster and then uses it underneath; the "aiacc path" column says what it
+chose. The loss is the mean square of the outputs (no labels needed) and the optimizer plain SGD, so every
+path does the same work.
 
     python benchmarks/training.py [--frameworks tf,mxnet,torch] [--models resnet50,bert_encoder]
-                                  [--batches 8,32] [--size 64] [--seq 64] [--iters 10]
+                                  [--batches 8,32] [--size 64] [--seq 64] [--iters 10] [--no-memory]
+    python benchmarks/training.py --quick     # a BERT-style encoder (2 layers, hidden 128, seq 32),
+                                              # batch 8, every framework, 3 rounds: a few minutes
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
+import subprocess
 import sys
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import numpy as np  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402,F401
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -31,12 +43,21 @@ from aiacc.demo import median_ms, time_interleaved  # noqa: E402
 
 
 def build(framework: str, model: str, batch: int, args):
-    kw = {"size": args.size} if model != "bert_encoder" else {"seq": args.seq}
+    if model == "bert_encoder":
+        kw = {"seq": args.seq, **({"layers": 2, "hidden": 128, "ffn": 512} if args.quick else {})}
+    else:
+        kw = {"size": args.size}
     return zoo.build(framework, model, batch=batch, **kw)
 
 
-def tf_steps(framework, model_name, batch, args) -> dict:
-    """Step callables for TF: each builds its own model from the same seed (the steps update weights)."""
+def chosen(fast) -> str:
+    """What aiacc's train mode runs underneath (its measured choice), for the table."""
+    return getattr(fast, "aiacc_train_path", None) or "aiacc graph"
+
+
+# Each builder returns {path name: () -> (step callable, note)}; a path is built only when asked for, so a
+# memory subprocess builds one model only.
+def tf_paths(framework, model_name, batch, args) -> dict:
     import tensorflow as tf
 
     def step_of(model, call, compile_=None):
@@ -53,24 +74,29 @@ def tf_steps(framework, model_name, batch, args) -> dict:
             return loss
         return step if compile_ is None else tf.function(step, jit_compile=compile_)
 
-    out = {}
-    m, x = build(framework, model_name, batch, args)
-    xt = tf.constant(x)
-    out["original (eager)"] = (lambda s: lambda: s(xt))(step_of(m, lambda a: m(a, training=True)))
-    m2, _ = build(framework, model_name, batch, args)
-    out["tf.function"] = (lambda s: lambda: s(xt))(step_of(m2, lambda a: m2(a, training=True), False))
-    m3, _ = build(framework, model_name, batch, args)
-    out["tf.function XLA"] = (lambda s: lambda: s(xt))(step_of(m3, lambda a: m3(a, training=True), True))
-    m4, _ = build(framework, model_name, batch, args)
-    fast = aiacc.optimize(m4, x, mode="train")
-    out["aiacc"] = (lambda s: lambda: s(xt))(step_of(fast, lambda a: fast(a, training=True), False))
-    m5, _ = build(framework, model_name, batch, args)
-    fast5 = aiacc.optimize(m5, x, mode="train")
-    out["aiacc XLA"] = (lambda s: lambda: s(xt))(step_of(fast5, lambda a: fast5(a, training=True), True))
-    return out
+    def original(compile_):
+        def make():
+            m, x = build(framework, model_name, batch, args)
+            xt = tf.constant(x)
+            s = step_of(m, lambda a: m(a, training=True), compile_)
+            return (lambda: s(xt)), ""
+        return make
+
+    def optimized(compile_):
+        def make():
+            m, x = build(framework, model_name, batch, args)
+            fast = aiacc.optimize(m, x, mode="train")
+            xt = tf.constant(x)
+            s = step_of(fast, lambda a: fast(a, training=True), compile_)
+            return (lambda: s(xt)), chosen(fast)
+        return make
+
+    return {"original (eager)": original(None), "tf.function": original(False), "tf.function XLA": original(True),
+            "aiacc (eager loop)": optimized(None), "aiacc in tf.function": optimized(False),
+            "aiacc in XLA": optimized(True)}
 
 
-def mxnet_steps(framework, model_name, batch, args) -> dict:
+def mxnet_paths(framework, model_name, batch, args) -> dict:
     from aiacc.plugins.mxnet._import import import_mxnet
 
     mx = import_mxnet()
@@ -89,18 +115,23 @@ def mxnet_steps(framework, model_name, batch, args) -> dict:
             mx.nd.waitall()
         return step
 
-    out = {}
-    m, xs = build(framework, model_name, batch, args)
-    out["original (imperative)"] = step_of(m, xs)
-    m2, _ = build(framework, model_name, batch, args)
-    m2.hybridize(static_alloc=True, static_shape=True)
-    out["hybridize static"] = step_of(m2, xs)
-    m3, _ = build(framework, model_name, batch, args)
-    out["aiacc"] = step_of(aiacc.optimize(m3, xs, mode="train"), xs)
-    return out
+    def original(hybrid):
+        def make():
+            m, xs = build(framework, model_name, batch, args)
+            if hybrid:
+                m.hybridize(static_alloc=True, static_shape=True)
+            return step_of(m, xs), ""
+        return make
+
+    def optimized():
+        m, xs = build(framework, model_name, batch, args)
+        fast = aiacc.optimize(m, xs, mode="train")
+        return step_of(fast, xs), chosen(fast)
+
+    return {"original (imperative)": original(False), "hybridize static": original(True), "aiacc": optimized}
 
 
-def torch_steps(framework, model_name, batch, args) -> dict:
+def torch_paths(framework, model_name, batch, args) -> dict:
     import torch
 
     def step_of(model, params, xs):
@@ -114,24 +145,63 @@ def torch_steps(framework, model_name, batch, args) -> dict:
             opt.step()
         return step
 
-    out = {}
-    m, xs = build(framework, model_name, batch, args)
-    m.train()
-    out["original (eager)"] = step_of(m, m.parameters(), xs)
-    m2, _ = build(framework, model_name, batch, args)
-    m2.train()
-    out["torch.compile"] = step_of(torch.compile(m2), m2.parameters(), xs)
-    m3, _ = build(framework, model_name, batch, args)
-    m3.train()
-    fast = aiacc.optimize(m3, xs, mode="train")
-    out["aiacc"] = step_of(fast, m3.parameters(), xs)
-    return out
+    def original(compiled):
+        def make():
+            m, xs = build(framework, model_name, batch, args)
+            m.train()
+            return step_of(torch.compile(m) if compiled else m, list(m.parameters()), xs), ""
+        return make
+
+    def optimized():
+        m, xs = build(framework, model_name, batch, args)
+        m.train()
+        fast = aiacc.optimize(m, xs, mode="train")
+        return step_of(fast, list(m.parameters()), xs), chosen(fast)
+
+    return {"original (eager)": original(False), "torch.compile": original(True), "aiacc": optimized}
 
 
-STEPS = {"tf": tf_steps, "mxnet": mxnet_steps, "torch": torch_steps}
+PATHS = {"tf": tf_paths, "mxnet": mxnet_paths, "torch": torch_paths}
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def child(spec: str, args) -> int:
+    """Build one path in this (fresh) process, warm it up, reset the peak RSS and run two steps: print
+    {"peak": VmHWM bytes during the steps, "base": RSS before them} as JSON."""
+    fw, model, batch, path = spec.split(":", 3)
+    step, _ = PATHS[fw](fw, model, int(batch), args)[path]()
+    step()
+    step()  # warm-up: compiled code, gradients and optimizer state exist now
+    gc.collect()
+    base = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    for _ in range(2):
+        step()
+    print(json.dumps({"peak": _status_kib("VmHWM") * 1024, "base": base * 1024}))
+    return 0
+
+
+def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str]) -> dict | None:
+    """The child's figures for one path, or None (printed to stderr) when it failed."""
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", f"{fw}:{model}:{batch}:{path}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    for line in reversed(r.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    print(f"memory of {fw} {model} {batch} {path} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+    return None
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frameworks", default="tf,mxnet,torch")
     ap.add_argument("--models", default="resnet50,bert_encoder")
@@ -139,25 +209,44 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=64, help="image size of the CNN")
     ap.add_argument("--seq", type=int, default=64, help="sequence length of the encoder")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--no-memory", action="store_true", help="skip the per-path memory subprocesses")
+    ap.add_argument("--quick", action="store_true", help="small BERT-style encoder, batch 8, 3 rounds")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    console = Console()
-    table = Table(title="One training step (forward + backward + SGD update), median ms; ratio = original / path")
-    for col in ("framework", "model", "batch", "path", "ms", "vs original"):
-        table.add_column(col, justify="left" if col in ("framework", "model", "path") else "right")
+    if args.quick:
+        args.models, args.batches, args.seq, args.iters = "bert_encoder", "8", 32, 3
+    if args.child:
+        return child(args.child, args)
+    shared = [a for a in argv if a != "--no-memory"]
+    console = Console(width=160)
+    table = Table(title="One training step (forward + backward + SGD update): median ms, ratio = original / path, "
+                        "peak RSS of the step in a fresh process")
+    for col in ("framework", "model", "batch", "path", "ms", "vs original", "peak MiB", "aiacc path"):
+        table.add_column(col, justify="left" if col in ("framework", "model", "path", "aiacc path") else "right")
+    mib = 1 << 20
     for fw in args.frameworks.split(","):
         for model in args.models.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 try:
-                    fns = STEPS[fw](fw, model, batch, args)
-                    times = time_interleaved(fns, args.iters, warmup=2)
+                    makers = PATHS[fw](fw, model, batch, args)
+                    built = {name: make() for name, make in makers.items()}
+                    times = time_interleaved({k: v[0] for k, v in built.items()}, args.iters, warmup=2)
                 except Exception as e:  # noqa: BLE001 - one failing row must not end the table
                     table.add_row(fw, model, str(batch), "error", "-", f"{type(e).__name__}: {str(e)[:60]}")
                     traceback.print_exc(file=sys.stderr)
                     continue
+                notes = {k: v[1] for k, v in built.items()}
+                del built
+                gc.collect()
                 base = median_ms(next(iter(times.values())))
                 for path, ts in times.items():
                     ms = median_ms(ts)
-                    table.add_row(fw, model, str(batch), path, f"{ms:.1f}", f"{base / ms:.2f}x")
+                    mem = None if args.no_memory else peak_memory(fw, model, batch, path, shared)
+                    table.add_row(fw, model, str(batch), path, f"{ms:.1f}", f"{base / ms:.2f}x",
+                                  "-" if mem is None else f"{mem['peak'] / mib:.0f}", notes[path])
+                    console.print(f"{fw} {model} b{batch} {path}: {ms:.1f} ms ({base / ms:.2f}x)"
+                                  + ("" if mem is None else f", peak {mem['peak'] / mib:.0f} MiB") +
+                                  (f" [{notes[path]}]" if notes[path] else ""))
     console.print(table)
     return 0
 

@@ -42,8 +42,9 @@ def trace_training(model: Any, example_inputs: Any, name: str | None = None) -> 
     return g
 
 
-def export_training(graph: Graph, original: Any) -> Any:
-    """A gluon.SymbolBlock computing the graph on `original`'s Parameters (shared, not copied)."""
+def export_training(graph: Graph, original: Any, static_shape: bool = False) -> Any:
+    """A gluon.SymbolBlock computing the graph on `original`'s Parameters (shared, not copied), hybridized
+    with static_alloc (and static_shape when asked)."""
     from aiacc.plugins.mxnet.exporter import export_symbol
 
     mx = import_mxnet()
@@ -68,7 +69,7 @@ def export_training(graph: Graph, original: Any) -> Any:
     for name in graph.meta["mxnet.params"]:
         if block.params.get(name) is not shared[name]:
             raise UnsupportedError(f"graph {graph.name}: the exported block does not share Parameter {name}")
-    block.hybridize(static_alloc=True)
+    block.hybridize(static_alloc=True, static_shape=static_shape)
     block.aiacc_graph = graph
     return block
 
@@ -92,3 +93,44 @@ def run_recorded(block: Any, example_inputs: Any) -> list[np.ndarray]:
     finally:
         for p, a in zip(params, saved):
             p.set_data(a)
+
+
+def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -> Any:
+    """The exported block, or one hybridized with static_shape too when that trains faster on the example
+    inputs (framework_compile='auto': autograd.record forward + backward, measured interleaved; gradients
+    and Parameters, moving statistics included, put back after every measured step)."""
+    from aiacc.plugins.mxnet.translator import example_arrays
+    from aiacc.plugins.train_choice import TrainChoice, attach, choose
+
+    mx = import_mxnet()
+    if example_inputs is None and setting == "auto":
+        return attach(block, TrainChoice("aiacc graph (static_alloc)", reason="no example inputs to measure on"))
+    arrays = [] if example_inputs is None else example_arrays(example_inputs)
+    if isinstance(arrays, dict):
+        arrays = list(arrays.values())
+    nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+    params = [p for p in original.collect_params().values() if p._data is not None]
+
+    def step_of(b):
+        def step():
+            saved = [p.data().copy() for p in params]
+            grads = [p.grad().copy() if p.grad_req != "null" else None for p in params]
+            mx.random.seed(0)
+            with mx.autograd.record(train_mode=True):
+                out = b(*nd)
+                outs = out if isinstance(out, (list, tuple)) else [out]
+                loss = mx.nd.add_n(*[(o.astype("float32") ** 2).mean() for o in outs])
+            loss.backward()
+            result = [loss.copy()] + [p.grad().copy() for p in params if p.grad_req != "null"]
+            for p, a, g in zip(params, saved, grads):
+                p.set_data(a)
+                if g is not None:
+                    p.grad()[:] = g
+            mx.nd.waitall()
+            return result
+        return step
+
+    chosen, choice = choose("aiacc graph (static_alloc)",
+                            lambda: export_training(block.aiacc_graph, original, static_shape=True), step_of, block,
+                            setting, "hybridize static_shape", to_arrays=lambda r: [a.asnumpy() for a in r])
+    return attach(chosen, choice)

@@ -189,7 +189,9 @@ class MXNetPlugin(Plugin):
                "arg_params": "a Symbol's arg_params", "aux_params": "a Symbol's aux_params",
                "static_alloc": "SymbolBlock hybridize static_alloc", "static_shape": "hybridize static_shape",
                "subgraph_backend": "MXNet subgraph backend of the export ('auto', None, 'ONEDNN', ...)",
-               "memory_budget": "mode='train' only (not implemented for MXNet)"}
+               "memory_budget": "mode='train' only (not implemented for MXNet)",
+               "framework_compile": "mode='train': 'auto' measures the step hybridized with and without "
+                                    "static_shape and keeps the faster; True always static_shape; False never"}
 
     def detect(self, model: Any) -> bool:
         """A Gluon Block, an MXNet Symbol or a (Symbol, arg_params, aux_params) triple."""
@@ -264,7 +266,16 @@ class MXNetPlugin(Plugin):
             raise UnsupportedError("memory_budget with mode='train' is not implemented for MXNet (it has no "
                                    "recomputation mechanism aiacc drives; the torch plugin plans one)")
         options.pop("memory_budget", None)
+        from aiacc.plugins.train_choice import option as compile_option
+
+        compile_setting = compile_option(options)
         out = super().optimize(model, example_inputs, **options)
+        if mode == "train" and options.get("backend", "native") == "native":
+            from aiacc.plugins.mxnet.training import choose_flags
+
+            report = getattr(out, "aiacc_report", None)
+            out = choose_flags(out, model, example_inputs, compile_setting)
+            out.aiacc_report = report
         if mode == "train" and options.get("verify", True) and example_inputs is not None:
             from aiacc.core.compare import compare_outputs
             from aiacc.errors import VerificationError

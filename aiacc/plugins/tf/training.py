@@ -30,9 +30,10 @@ from aiacc.plugins.tf.importer import _is_keras_model, model_variables
 TRAINING_RUN: contextvars.ContextVar = contextvars.ContextVar("aiacc_tf_training_run", default=None)
 
 
-def step_function(graph: Graph, variables: list) -> Any:
+def step_function(graph: Graph, variables: list, jit_compile: bool = False) -> Any:
     """The tf.function (flat data inputs -> outputs in the original structure) of a training-mode graph:
-    reads the variables, runs the graph, assigns the updated state back."""
+    reads the variables, runs the graph, assigns the updated state back; compiled by XLA with
+    jit_compile=True (its gradient function too)."""
     tfm = tf()
     graph = lowerable_copy(graph)
     n_data = graph.meta["tf_data_inputs"]
@@ -49,7 +50,8 @@ def step_function(graph: Graph, variables: list) -> Any:
             var.assign(outs[i])
         return pack_outputs(structure, outs[:n_model])
 
-    return tfm.function(step, input_signature=input_signature(graph), autograph=False, reduce_retracing=True)
+    return tfm.function(step, input_signature=input_signature(graph), autograph=False, reduce_retracing=True,
+                        jit_compile=jit_compile or None)
 
 
 def export_training(graph: Graph, original: Any) -> Any:
@@ -79,7 +81,45 @@ def export_training(graph: Graph, original: Any) -> Any:
         model.original_variables = list(variables)  # tracked: trainable_variables are the original's
         model._aiacc_step = step
     model.aiacc_graph = Untracked(graph)
+    model._aiacc_variables = Untracked(variables)
     return model
+
+
+def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
+    """The exported model with its step compiled by XLA (jit_compile=True) when that trains faster on the
+    example inputs (framework_compile='auto': forward + GradientTape backward, measured interleaved; the
+    state the step assigns is put back after every measured step), with the choice attached."""
+    from aiacc.plugins.train_choice import TrainChoice, attach, choose
+
+    tfm = tf()
+    graph = model.aiacc_graph.__dict__["_obj"]
+    variables = model._aiacc_variables.__dict__["_obj"]
+    if example_inputs is None and setting == "auto":
+        return attach(model, TrainChoice("aiacc graph", reason="no example inputs to measure on"))
+    given = [] if example_inputs is None else example_inputs
+    xs = [tfm.constant(a) for a in (given if isinstance(given, (list, tuple)) else [given])]
+    assigned = [variables[k] for _, k in graph.meta["tf_assigns"]]
+    trainable = [v for v in variables if v.trainable]
+
+    def step_of(fn):
+        def step():
+            saved = [v.numpy() for v in assigned]
+            with tfm.GradientTape() as tape:
+                out = fn(*xs)
+                loss = tfm.add_n([tfm.reduce_mean(tfm.square(tfm.cast(o, tfm.float32)))
+                                  for o in tfm.nest.flatten(out) if o.dtype.is_floating])
+            grads = tape.gradient(loss, trainable)
+            for v, a in zip(assigned, saved):
+                v.assign(a)
+            return loss, grads
+        return step
+
+    base = model._aiacc_step
+    chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
+                            base, setting, "XLA (jit_compile=True)",
+                            to_arrays=lambda r: [r[0].numpy()] + [g.numpy() for g in r[1] if g is not None])
+    model._aiacc_step = chosen
+    return attach(model, choice)
 
 
 def keras_model(original: Any, step: Any, nested: bool = False) -> Any:

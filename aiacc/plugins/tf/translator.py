@@ -21,7 +21,9 @@ class TFPlugin(Plugin):
     rtol = 1e-4
     atol = 1e-5
     modes = ("inference", "train")
-    options = {"name": "the graph's name", "memory_budget": "mode='train' only (not implemented for TF yet)"}
+    options = {"name": "the graph's name", "memory_budget": "mode='train' only (not implemented for TF yet)",
+               "framework_compile": "mode='train': 'auto' measures the step with and without XLA (jit_compile) "
+                                    "and keeps the faster; True always compiles; False never"}
 
     def detect(self, model: Any) -> bool:
         """A Keras model, a tf.Module, a tf.function (generic or concrete) or a restored SavedModel."""
@@ -84,10 +86,18 @@ class TFPlugin(Plugin):
             raise UnsupportedError("memory_budget with mode='train' is not implemented for TensorFlow yet "
                                    "(the torch plugin plans recomputation; TF would use tf.recompute_grad)")
         options.pop("memory_budget", None)
+        from aiacc.plugins.train_choice import option as compile_option
+
+        compile_setting = compile_option(options)
         if mode != "train":
             return super().optimize(model, example_inputs, **options)
         with training_runs(model):
-            return super().optimize(model, example_inputs, **options)
+            out = super().optimize(model, example_inputs, **options)
+        if options.get("backend", "native") != "native":
+            return out
+        from aiacc.plugins.tf.training import choose_step
+
+        return choose_step(out, example_inputs, compile_setting)
 
     def _run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         from aiacc.plugins.tf.training import TRAINING_RUN, run_training

@@ -40,7 +40,9 @@ class TorchPlugin(Plugin):
     title = "torch"
     install_hint = "pip install 'aiacc[torch]'"
     modes = ("inference", "train")
-    options = {"memory_budget": "bytes of activations to keep in mode='train' (recomputation plans the rest)"}
+    options = {"memory_budget": "bytes of activations to keep in mode='train' (recomputation plans the rest)",
+               "framework_compile": "mode='train': 'auto' measures the step with and without torch.compile and "
+                                    "keeps the faster; True always compiles; False never"}
 
     def detect(self, model: Any) -> bool:
         torch = sys.modules.get("torch")
@@ -148,10 +150,14 @@ class TorchPlugin(Plugin):
             return self._optimize_torch(model, example_inputs, options)
 
     def _optimize_torch(self, model: Any, example_inputs: Any, options: dict) -> Any:
+        explicit = options.get("mode") is not None
         options["mode"] = normalize_mode(options.get("mode"), model)
         if options.get("backend") == "onnxruntime" and options["mode"] == "training":
             raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
         budget = options.pop("memory_budget", None)
+        from aiacc.plugins.train_choice import option as compile_option
+
+        compile_setting = compile_option(options)
         if budget is not None and options["mode"] != "training":
             raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
         with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
@@ -160,6 +166,18 @@ class TorchPlugin(Plugin):
                 report = getattr(out, "aiacc_report", None)
                 out = _plan_memory(out, example_inputs, budget)
                 out.aiacc_report = report
+            if options["mode"] == "training" and options.get("backend", "native") == "native":
+                from aiacc.plugins.torch.training import choose_train_step
+
+                report = getattr(out, "aiacc_report", None)
+                plan = getattr(out, "aiacc_memory_plan", None)
+                # recomputation under a budget is planned for eager execution, and a mode inferred from
+                # model.training is not a request to train faster: there 'auto' does not try the compiler
+                auto_off = compile_setting == "auto" and (budget is not None or not explicit)
+                out = choose_train_step(out, example_inputs, False if auto_off else compile_setting)
+                for name, value in (("aiacc_report", report), ("aiacc_memory_plan", plan)):
+                    if value is not None:
+                        setattr(out, name, value)
         return out
 
 
