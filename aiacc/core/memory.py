@@ -48,12 +48,14 @@ ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 # ------------------------------------------------------------------------------------------------
 # concrete shapes
 # ------------------------------------------------------------------------------------------------
-def concrete_types(graph: Graph, dims: Mapping[str, int] | None = None) -> dict[str, TensorType]:
+def concrete_types(graph: Graph, dims: Mapping[str, int] | None = None, *,
+                   strict: bool = True) -> dict[str, TensorType]:
     """The static type of every value, by name, with symbolic dims bound by `dims` (e.g. {"N": 1}).
 
     When every type is already static the graph's own types are returned. Otherwise the graph is copied,
     its inputs given concrete shapes, and types inferred again node by node (so a Reshape whose target
-    depends on N gets a concrete shape too). Raises ShapeError naming an unbound symbol.
+    depends on N gets a concrete shape too). Raises ShapeError naming an unbound symbol; strict=False
+    leaves such a type symbolic instead (the planner then keeps the value out of the arena).
     """
     dims = dict(dims or {})
     types = {v.name: v.type for v in graph.values()}
@@ -66,6 +68,8 @@ def concrete_types(graph: Graph, dims: Mapping[str, int] | None = None) -> dict[
         out = []
         for d in t.shape:
             if isinstance(d, str):
+                if d not in dims and not strict:
+                    return t
                 if d not in dims:
                     raise ShapeError(f"{where} has the symbolic dimension {d!r}: bind it, e.g. "
                                      f"plan_memory(graph, dims={{{d!r}: 1}})")
@@ -122,17 +126,28 @@ class MemoryProblem:
     producer: list[int]
     inplace_candidates: list[list[int]]  # per node: inputs whose memory its (single) output may take over
     alignment: int
+    unplanned: list[Value] = field(default_factory=list)  # node outputs left out (unplanned="skip")
 
     @classmethod
-    def build(cls, graph: Graph, alignment: int = 64, dims: Mapping[str, int] | None = None) -> "MemoryProblem":
+    def build(cls, graph: Graph, alignment: int = 64, dims: Mapping[str, int] | None = None,
+              unplanned: str = "error") -> "MemoryProblem":
+        """unplanned="skip" leaves node outputs without a static type out of the problem (listed in
+        `unplanned`) instead of raising ShapeError."""
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"alignment must be a power of two, got {alignment}")
-        types = concrete_types(graph, dims)
+        if unplanned not in ("error", "skip"):
+            raise ValueError(f"unplanned must be 'error' or 'skip', got {unplanned!r}")
+        types = concrete_types(graph, dims, strict=unplanned == "error")
         nodes = graph.nodes
         index: dict[int, int] = {}
         values: list[Value] = []
+        skipped: list[Value] = []
         for node in nodes:
             for v in node.outputs:
+                t = types.get(v.name)
+                if unplanned == "skip" and (t is None or t.dtype is None or not t.is_static):
+                    skipped.append(v)
+                    continue
                 index[id(v)] = len(values)
                 values.append(v)
         vtypes = [types.get(v.name) for v in values]
@@ -150,8 +165,8 @@ class MemoryProblem:
                     r.append(j)
                     consumers[j].add(i)
             reads.append(r)
-            writes.append([index[id(v)] for v in node.outputs])
-            cand.append(_inplace_inputs(node, index, types))
+            writes.append([index[id(v)] for v in node.outputs if id(v) in index])
+            cand.append(_inplace_inputs(node, index, types) if len(writes[-1]) == len(node.outputs) else [])
         outs = {id(v) for v in graph.outputs}
         is_output = [id(v) in outs for v in values]
         producer = [0] * len(values)
@@ -159,7 +174,7 @@ class MemoryProblem:
             for j in w:
                 producer[j] = i
         return cls(graph, nodes, values, size, nbytes, vtypes, reads, writes, consumers, is_output, producer,
-                   cand, alignment)
+                   cand, alignment, skipped)
 
 
 #: variadic elementwise ops whose kernels write f(x0, x1) into the output, then fold x2, x3, ... into it:
@@ -420,6 +435,7 @@ class MemoryPlan:
     candidates: list[Candidate] = field(default_factory=list)
     dims: dict[str, int] = field(default_factory=dict)
     plan_seconds: float = 0.0
+    unplanned: list[str] = field(default_factory=list)  # values left out of the arena (unplanned="skip")
 
     @property
     def peak_node(self) -> Node | None:
@@ -456,11 +472,13 @@ class MemoryPlan:
 
 
 def plan_memory(graph: Graph, alignment: int = 64, *, dims: Mapping[str, int] | None = None,
-                inplace: bool = True, search: bool = True, beam: int = 64) -> MemoryPlan:
+                inplace: bool = True, search: bool = True, beam: int = 64, unplanned: str = "error") -> MemoryPlan:
     """Plan one arena for every intermediate value of `graph`.
 
     dims binds symbolic dimensions (e.g. {"N": 1}); inplace=False switches in-place reuse off;
     search=False keeps the graph's own order; beam bounds the schedule search's states per step.
+    unplanned="skip" leaves values without a static type out of the arena (named in `plan.unplanned`;
+    their producers run outside it) instead of raising ShapeError.
     Candidates (the graph's order and the searched one, with in-place reuse as asked) are each given
     offsets, and the plan with the smallest arena is kept (ties: the smaller lower bound).
     """
@@ -470,7 +488,7 @@ def plan_memory(graph: Graph, alignment: int = 64, *, dims: Mapping[str, int] | 
     big = len(graph) >= PROGRESS_NODES
     with progress.task(f"memory plan of {len(graph)} nodes", total=3, when=big) as shown:
         shown.update("lifetimes")
-        p = MemoryProblem.build(graph, alignment, dims)
+        p = MemoryProblem.build(graph, alignment, dims, unplanned)
         import_order = list(range(len(p.nodes)))
         orders = [("import order", import_order)]
         shown.update("schedule search", advance=1)
@@ -520,7 +538,7 @@ def _make_plan(graph: Graph, p: MemoryProblem, found, import_order, alignment: i
         arena_bytes=arena, lower_bound_bytes=bound, naive_bytes=int(sum(p.size)),
         import_order_bound_bytes=import_bound, peak_step=peak_step, peak_values=peak_values,
         schedule_source=source, inplace=inplace, ordering=ordering, candidates=candidates,
-        dims=dict(dims or {}), plan_seconds=time.perf_counter() - t0)
+        dims=dict(dims or {}), plan_seconds=time.perf_counter() - t0, unplanned=[v.name for v in p.unplanned])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -553,8 +571,11 @@ def check_plan(plan: MemoryPlan) -> None:
     last = len(nodes) - 1
     outs = {id(v) for v in g.outputs}
     spans = []
+    left_out = set(plan.unplanned)
     for n in nodes:
         for v in n.outputs:
+            if v.name in left_out:
+                continue  # outside the arena by request (unplanned="skip"): nothing to overlap
             a = plan.allocations.get(v.name)
             if a is None:
                 raise VerificationError(f"memory plan of {g.name}: %{v.name} (node {n.name}) has no allocation")

@@ -30,7 +30,7 @@ from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph
 from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks, fallback
 
-BACKENDS = ("native", "onnxruntime")
+BACKENDS = ("native", "onnxruntime", "aiacc")
 
 # The options every plugin's optimize takes, name -> what it is for. A plugin declares its own in its class's
 # `options`; any other name is refused (Plugin.check_options), so a misspelt option never silently does nothing.
@@ -122,6 +122,10 @@ class Plugin:
             return self.export_native(graph, original=original, **options)
         if backend == "onnxruntime":
             return self.export_onnxruntime(graph, original=original, providers=providers, **options)
+        if backend == "aiacc":  # aiacc's own runtime (planned arena, numba kernels): aiacc/plugins/aiacc_backend.py
+            from aiacc.plugins.aiacc_backend import export_aiacc
+
+            return export_aiacc(self, graph, original=original, **options)
         raise UnsupportedError(f"the {self.title} plugin has no backend {backend!r} "
                                f"(use {' or '.join(repr(b) for b in BACKENDS)})")
 

@@ -283,6 +283,7 @@ class ArenaInterpreter(Interpreter):
         for name, a in self.plan.allocations.items():
             self.views[name] = self.arena[a.offset:a.offset + a.nbytes].view(a.dtype).reshape(a.shape)
         self.copied = 0  # nodes whose result was computed aside and copied into the arena (last run)
+        self.unplanned_runs = 0  # nodes run outside the arena: their outputs are not in the plan (last run)
 
     @property
     def arena_bytes(self) -> int:
@@ -296,12 +297,18 @@ class ArenaInterpreter(Interpreter):
             if v.shape is not None and feeds[v.name].shape != want:
                 raise ShapeError(f"graph input {v.name!r} has shape {list(feeds[v.name].shape)}, but the memory plan "
                                  f"was made for {list(want)} (dims={self.plan.dims}); plan again for this shape")
-        self.copied = 0
+        self.copied = self.unplanned_runs = 0
         outs = super().run(feeds, validate=False)
-        planned = {v.name for n in self.nodes for v in n.outputs}
+        planned = set(self.views)
         return {k: (a.copy() if k in planned else a) for k, a in outs.items()}
 
     def run_node(self, node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
+        if any(v.name not in self.views for v in node.outputs):
+            # a value the plan left out of the arena (plan_memory(unplanned="skip")): allocated aside
+            self.unplanned_runs += 1
+            # a reference kernel may return a view of its input (Reshape): a view into the arena would be
+            # overwritten when that slot is reused, so such a result gets its own copy
+            return [r.copy() if np.may_share_memory(r, self.arena) else r for r in super().run_node(node, args)]
         views = [self.views[v.name] for v in node.outputs]
         into = INTO_KERNELS.get(node.op) if node.domain == "" and node.meta.get("kernel") is None else None
         if into is not None and len(views) == 1:

@@ -29,6 +29,8 @@ def _as_feeds(graph_inputs: list[str], example_inputs: Any) -> dict[str, np.ndar
 
 
 def _session(model: Any):
+    if hasattr(model, "aiacc_runtime"):  # backend="aiacc": an AiaccSession already runs like a session
+        return model
     import onnxruntime as ort
 
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -1,0 +1,181 @@
+"""aiacc's own runtime (backend="aiacc"): the IR executed by aiacc, every intermediate in one planned arena.
+
+    rt = AiaccRuntime(graph)            # plans lazily, per binding of the graph's symbolic dims
+    outs = rt.run({"x": x})             # [array per graph output], in graph.outputs order
+    outs = run(graph, {"x": x})         # {output name: array}, like aiacc.core.run
+
+What runs where:
+  - aiacc::FusedElementwise nodes: their numba kernel (`aiacc.core.runtime.numba_kernels.compile_fused_node`)
+    writing straight into the node's arena slot (`out=`), or over the input it takes over in place;
+  - every other node: the arena's into-kernels (numpy `out=`, BLAS matrix products for Conv / MatMul /
+    Gemm), else its reference kernel, the result copied into its slot (`aiacc.core.runtime.arena`);
+  - nodes whose outputs the arena cannot plan (an opaque node without static output types, and what
+    depends on it): their reference kernels (or the opaque node's own callable) on freshly allocated
+    arrays. This is a fallback: it is warned once (`aiacc.errors.fallback`) and listed in `report()`.
+
+The arena is allocated once per input-shape binding and reused by every call (only outputs are copied out,
+so a caller may keep them). Plans are kept for the last few bindings (`max_plans`).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Mapping
+
+import numpy as np
+
+from aiacc.core.ir import Graph, Node
+from aiacc.core.memory import MemoryPlan, plan_memory
+from aiacc.core.runtime.arena import ArenaInterpreter
+from aiacc.core.runtime.executor import check_inputs
+from aiacc.errors import KernelError, fallback
+
+
+class AiaccInterpreter(ArenaInterpreter):
+    """The arena interpreter with numba kernels for aiacc::FusedElementwise nodes (written into the arena)."""
+
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *, dims: Mapping[str, int] | None = None,
+                 numba: bool = True):
+        super().__init__(graph, plan, dims=dims)
+        self.numba_nodes: dict[int, Any] = {}  # id(node) -> compiled kernel
+        self.numba_failed: dict[str, str] = {}  # node name -> why it runs its reference kernel instead
+        if numba:
+            self._compile()
+
+    def _compile(self) -> None:
+        try:
+            from aiacc.core.runtime.numba_kernels import compile_fused_node
+        except ImportError as e:  # the kernels module itself unavailable: every node runs its reference kernel
+            for n in self.nodes:
+                if n.domain == "aiacc" and n.op == "FusedElementwise":
+                    self.numba_failed[n.name] = f"numba kernels unavailable: {e}"
+            return
+        for n in self.nodes:
+            if n.domain != "aiacc" or n.op != "FusedElementwise" or "kernel" in n.meta:
+                continue
+            try:
+                self.numba_nodes[id(n)] = compile_fused_node(n)
+            except KernelError as e:
+                self.numba_failed[n.name] = str(e)
+
+    def run_node(self, node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
+        fn = self.numba_nodes.get(id(node))
+        view = self.views.get(node.outputs[0].name) if fn is not None else None
+        if view is not None and all(a is not None for a in args):
+            try:
+                with np.errstate(all="ignore"):
+                    fn(*args, out=view)
+            except KernelError as e:
+                raise KernelError(f"node {node.name} (aiacc::FusedElementwise): {e}") from e
+            return [view]
+        return super().run_node(node, args)
+
+
+class AiaccRuntime:
+    """Runs one graph on aiacc's runtime. `run(feeds)` returns the outputs as a list in graph order (the
+    interface of aiacc.backends.onnxruntime.OrtGraphRunner, so the plugins' wrappers take either)."""
+
+    def __init__(self, graph: Graph, *, numba: bool = True, max_plans: int = 4, alignment: int = 64):
+        self.graph = graph
+        self.numba = numba
+        self.max_plans = max_plans
+        self.alignment = alignment
+        self._interps: OrderedDict[tuple, AiaccInterpreter] = OrderedDict()
+        self._lock = threading.Lock()  # one arena per binding: two threads must not run in it at once
+        self.unplanned: list[str] = []  # values of the last plan left out of the arena
+        self.plans_made = 0
+
+    # -- planning ------------------------------------------------------------------------------------
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """The graph's symbolic dimensions as the feeds bind them."""
+        dims: dict[str, int] = {}
+        for v in self.graph.inputs:
+            a = feeds.get(v.name)
+            if a is None or v.shape is None:
+                continue
+            for d, n in zip(v.shape, np.shape(a)):
+                if isinstance(d, str):
+                    dims.setdefault(d, int(n))
+        return dims
+
+    def interpreter(self, dims: Mapping[str, int]) -> AiaccInterpreter:
+        """The interpreter (plan and arena) for one binding of the symbolic dims, made on first use."""
+        key = tuple(sorted(dims.items()))
+        interp = self._interps.get(key)
+        if interp is not None:
+            self._interps.move_to_end(key)
+            return interp
+        plan = plan_memory(self.graph, self.alignment, dims=dims, unplanned="skip")
+        if plan.unplanned:
+            names = ", ".join(f"%{n}" for n in plan.unplanned[:5]) + (" ..." if len(plan.unplanned) > 5 else "")
+            fallback(f"aiacc-runtime-unplanned:{self.graph.name}",
+                     f"backend='aiacc': {len(plan.unplanned)} values of graph {self.graph.name} have no static "
+                     f"type, so the arena cannot hold them ({names}); their nodes run the reference kernels "
+                     f"on freshly allocated arrays")
+        interp = AiaccInterpreter(self.graph, plan, numba=self.numba)
+        for name, why in interp.numba_failed.items():
+            fallback(f"aiacc-runtime-numba:{name}",
+                     f"backend='aiacc': node {name} runs its reference kernel, not numba ({why})")
+        self.unplanned = list(plan.unplanned)
+        self.plans_made += 1
+        self._interps[key] = interp
+        while len(self._interps) > self.max_plans:
+            self._interps.popitem(last=False)
+        return interp
+
+    # -- running -------------------------------------------------------------------------------------
+    def run_dict(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the graph; {output name: array} (fresh arrays, not views of the arena)."""
+        feeds = check_inputs(self.graph, inputs)
+        with self._lock:
+            interp = self.interpreter(self.bind(feeds))
+            return interp.run(feeds, validate=False)
+
+    def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Run the graph; one array per graph output, in order."""
+        outs = self.run_dict(inputs)
+        return [outs[v.name] for v in self.graph.outputs]
+
+    __call__ = run
+
+    # -- what it did ---------------------------------------------------------------------------------
+    @property
+    def arena_bytes(self) -> int:
+        """The arena of the most recently used binding (0 before the first run)."""
+        return next(reversed(self._interps.values())).arena_bytes if self._interps else 0
+
+    def report(self) -> dict[str, Any]:
+        """What the runtime does for its most recent binding: arena size, numba nodes, fallbacks."""
+        if not self._interps:
+            return {"plans": 0}
+        interp = next(reversed(self._interps.values()))
+        plan = interp.plan
+        return {
+            "plans": self.plans_made,
+            "dims": dict(plan.dims),
+            "arena_bytes": plan.arena_bytes,
+            "naive_bytes": plan.naive_bytes,
+            "lower_bound_bytes": plan.lower_bound_bytes,
+            "planned_values": len(plan.allocations),
+            "unplanned_values": list(plan.unplanned),
+            "numba_nodes": [n.name for n in interp.nodes if id(n) in interp.numba_nodes],
+            "numba_fallbacks": dict(interp.numba_failed),
+            "copied_last_run": interp.copied,
+        }
+
+    def __repr__(self) -> str:
+        r = self.report()
+        if not r.get("plans"):
+            return f"<AiaccRuntime {self.graph.name}: not run yet>"
+        return (f"<AiaccRuntime {self.graph.name}: arena {r['arena_bytes'] / (1 << 20):.2f} MiB "
+                f"(naive {r['naive_bytes'] / (1 << 20):.2f}), {len(r['numba_nodes'])} numba nodes, "
+                f"{len(r['unplanned_values'])} values outside the arena>")
+
+
+def run(graph: Graph, inputs: Mapping[str, Any], *, numba: bool = True) -> dict[str, np.ndarray]:
+    """Run `graph` once on aiacc's runtime (planned arena, numba kernels); returns {output name: array}.
+    For repeated calls keep an `AiaccRuntime`: it plans and allocates the arena once."""
+    return AiaccRuntime(graph, numba=numba).run_dict(inputs)
+
+
+__all__ = ["AiaccRuntime", "AiaccInterpreter", "run"]
