@@ -9,7 +9,8 @@ used directly, and aiacc's backends.
 Candidates (each built, checked against eager on the same inputs, then all timed interleaved, one call of
 each per round, the device synchronized after every call):
 
-    eager         the model as torch runs it (torch.inference_mode), in --precision
+    eager         the model as torch runs it (torch.inference_mode), in --precision (tf32: float32 with
+                  TensorFloat-32 matmuls and convolutions allowed; fp32: not allowed)
     compile       torch.compile(model, mode="max-autotune") (Inductor with Triton autotuning, CUDA graphs)
     ort-cuda      onnxruntime's CUDAExecutionProvider directly: the model as traced by aiacc with no pass run
                   (level 0), exported to ONNX, one session, io-binding on device tensors; fp32 graph
@@ -29,6 +30,7 @@ machine with little time left still prints what it measured; --json writes the r
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -51,7 +53,7 @@ from aiacc.zoo import torch_models  # noqa: E402
 # dense peak TFLOP/s of an H200 SXM by precision (NVIDIA's datasheet, without sparsity)
 H200_PEAK_TFLOPS = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}
 CANDIDATES = ("eager", "compile", "ort-cuda", "ort-trt", "aiacc", "aiacc+graph", "aiacc-ort", "aiacc-trt")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -188,7 +190,14 @@ def makers(name: str, model, xs_cpu, device, args) -> dict[str, tuple[str, Calla
     prec = args.precision
     dtype = DTYPES[prec]
     xs = _cast_inputs(xs_cpu, dtype, device)
-    on_dev = model.to(device=device, dtype=dtype) if prec != "fp32" else model.to(device)
+    # every candidate gets its own copy (.to() changes a module in place)
+    on_dev = copy.deepcopy(model).to(device=device, dtype=dtype)
+
+    def optimized(**options):
+        fast = aiacc.optimize(copy.deepcopy(model).to(device), _cast_inputs(xs_cpu, torch.float32, device),
+                              precision=_aiacc_precision(prec), verify=False, **options)
+        fxs = xs if dtype == torch.float32 else _cast_inputs(xs_cpu, _fast_dtype(fast, dtype), device)
+        return fast, fxs
     cuda_fp32 = "tf32" if device.type == "cuda" else "fp32"  # what onnxruntime's CUDA provider may use
 
     def eager():
@@ -199,30 +208,26 @@ def makers(name: str, model, xs_cpu, device, args) -> dict[str, tuple[str, Calla
         return lambda: fn(*xs)
 
     def aiacc_native():
-        fast = aiacc.optimize(model.float().to(device), _cast_inputs(xs_cpu, torch.float32, device), precision=prec,
-                              verify=False)
-        fxs = xs if prec == "fp32" else _cast_inputs(xs_cpu, _fast_dtype(fast, dtype), device)
+        fast, fxs = optimized()
         return lambda: fast(*fxs)
 
     def aiacc_graph():
         from aiacc.plugins.torch.cuda import capture
 
-        fast = aiacc.optimize(model.float().to(device), _cast_inputs(xs_cpu, torch.float32, device), precision=prec,
-                              verify=False)
-        fxs = xs if prec == "fp32" else _cast_inputs(xs_cpu, _fast_dtype(fast, dtype), device)
+        fast, fxs = optimized()
         graphed = capture(fast, fxs)
         return lambda: graphed(*fxs)
 
     def aiacc_ort(providers):
         def make():
-            fast = aiacc.optimize(model.float().cpu(), xs_cpu, backend="onnxruntime", providers=providers,
+            fast = aiacc.optimize(copy.deepcopy(model), xs_cpu, backend="onnxruntime", providers=providers,
                                   verify=False)
             fxs = tuple(x.to(device) for x in xs_cpu)
             return lambda: fast(*fxs)
         return make
 
     def ort_direct(providers):
-        return lambda: ort_session_runner(model.float().cpu(), xs_cpu, device, providers, args.trt_cache)
+        return lambda: ort_session_runner(model, xs_cpu, device, providers, args.trt_cache)
 
     table = {"eager": (prec, eager), "compile": (prec, compiled), "aiacc": (prec, aiacc_native)}
     if device.type == "cuda":
@@ -237,6 +242,10 @@ def makers(name: str, model, xs_cpu, device, args) -> dict[str, tuple[str, Calla
                       "aiacc-ort": ("fp32", aiacc_ort(["cpu"]))})
     wanted = set(args.candidates) | ({"ort-cpu"} if "ort-cuda" in args.candidates else set())
     return {k: v for k, v in table.items() if k in wanted}
+
+
+def _aiacc_precision(prec: str) -> str:
+    return "fp32" if prec == "tf32" else prec
 
 
 def _fast_dtype(module, default):
@@ -256,7 +265,7 @@ def bench_model(name: str, batch: int, device, args, result: Result, t_start: fl
         log(f"  {key}: FLOP count failed: {type(e).__name__}: {e}")
     flops = result.flops[key]
     with torch.inference_mode():
-        expected = model.float().cpu()(*xs_cpu)
+        expected = model(*xs_cpu)
     fns: dict[str, Callable] = {}
     rows: dict[str, Row] = {}
     for cand, (prec, make) in makers(name, model, xs_cpu, device, args).items():
@@ -296,7 +305,6 @@ def bench_model(name: str, batch: int, device, args, result: Result, t_start: fl
                     row.bound_ms = flops / (peak * 1e12) * 1e3
                     row.pct_peak = 100.0 * row.tflops / peak
     result.rows += [asdict(r) for r in rows.values()]
-    model.cpu().float()
 
 
 def time_interleaved(fns: dict[str, Callable], device, iters: int, warmup: int) -> dict[str, list[float]]:
@@ -375,6 +383,10 @@ def main(argv=None) -> int:
     if args.device == "cpu" and args.quick and "compile" in args.candidates and args.candidates == list(CANDIDATES):
         args.candidates.remove("compile")  # Inductor's CPU compile alone takes longer than the whole smoke run
     device = torch.device(args.device)
+    # tf32: float32 tensors, TensorFloat-32 tensor-core math for matmuls and convolutions (as onnxruntime's
+    # CUDA provider uses); fp32: none, so the fp32 peak is the bound
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     if device.type == "cuda" and not torch.cuda.is_available():
         print("benchmarks/gpu.py: --device cuda but torch sees no CUDA device", file=sys.stderr)
         return 2
