@@ -219,6 +219,8 @@ class Planner:
         if self.graph is graph:
             self.graph = graph.copy()
         self.labels = _labels(graph, self.graph)
+        for gemm, matmul in qdq.matmul_bias_to_gemm(self.graph).items():
+            self.labels[gemm] = self.labels.get(matmul, matmul)
         self.feeds = list(feeds)
         self.weight_qmax = weight_qmax
         self.run = run or reference_run

@@ -16,6 +16,9 @@ QLinearGlobalAveragePool, ...) and conv/matmul chains stay in int8 end to end:
   after the activation, whose range starts at 0 (zero point 0), which onnxruntime folds into the kernel.
 - data-movement ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) keep their input's scale
   on their output, so onnxruntime drops their Q/DQ pairs and they move int8 data.
+- a MatMul of activations followed only by a scale (Mul/Div by a constant) keeps its output float
+  (onnxruntime's MatMulIntegerToFloat); MatMul + bias Add over a [.., K] input becomes
+  Reshape -> Gemm (bias in it, int32) -> Reshape first (matmul_bias_to_gemm), run as QGemm.
 - graph outputs stay float (the last layer produces float, which integer kernels with float output do).
 - opaque nodes are never quantized: their inputs come dequantized, their outputs are quantized for a
   quantized consumer from the ranges calibration measured around them.
@@ -98,6 +101,22 @@ def fused_activation(node: Node, quantized: set[str]) -> Node | None:
     return None
 
 
+def float_epilogue(node: Node) -> bool:
+    """A matmul whose output goes alone to a float Mul/Div by a constant (attention's 1/sqrt(d) scale):
+    its output stays float, so onnxruntime runs it as MatMulIntegerToFloat instead of requantizing
+    before the float op. (A bias Add is not: onnxruntime would fuse MatMul+Add into a float Gemm before
+    its int8 fusions; matmul_bias_to_gemm makes such pairs a Gemm first.)"""
+    if node.op != "MatMul":
+        return False
+    out = node.outputs[0]
+    users = out.users()
+    if out.is_graph_output or len(users) != 1:
+        return False
+    u = users[0]
+    return (not u.domain and u.op in ("Add", "Mul", "Sub", "Div") and len(u.inputs) == 2
+            and any(x is not None and x is not out and const_value(x) is not None for x in u.inputs))
+
+
 def tensors_to_quantize(graph: Graph, quantized: set[str]) -> dict[str, str | None]:
     """Activation tensors that get a Q/DQ pair under this plan -> the tensor whose range they use (their
     own name, or the input of a data-movement op whose scale they share)."""
@@ -107,7 +126,7 @@ def tensors_to_quantize(graph: Graph, quantized: set[str]) -> dict[str, str | No
         if node.name not in quantized:
             continue
         act = fused_activation(node, quantized)
-        if act is not None:
+        if act is not None or float_epilogue(node):
             skip.add(node.outputs[0].name)
     for node in graph:
         if node.name not in quantized:
@@ -215,3 +234,42 @@ def _pair(g: Graph, v: Value, r: Range, *, before: Node | None = None, after: No
     q = g.add_node("QuantizeLinear", [v, s, z], name=f"aiacc_q_{v.name}", before=before, after=after)
     dq = g.add_node("DequantizeLinear", [q.output, s, z], name=f"aiacc_dq_{v.name}", after=q)
     return dq.output
+
+
+def matmul_bias_to_gemm(graph: Graph) -> dict[str, str]:
+    """Rewrite, in place, MatMul(x[..., K], W[K, N]) followed only by Add(bias[N]) (static shapes, not a
+    graph output) as Reshape(x, [-1, K]) -> Gemm(W, bias) -> Reshape(back): the bias joins the integer
+    kernel (int32) instead of a float Add after a requantization. Numerics are the same ops reassociated
+    over no sum (exact up to float rounding). Returns {new Gemm name: replaced MatMul name}."""
+    renamed = {}
+    for n in list(graph.nodes):
+        if n.domain or n.op != "MatMul" or n.erased:
+            continue
+        x, out = n.inputs[0], n.outputs[0]
+        w = const_value(n.inputs[1]) if len(n.inputs) > 1 else None
+        if w is None or w.ndim != 2 or w.dtype.name not in FLOATS or x is None or x.type is None \
+                or not x.type.is_static or len(x.shape) < 2 or out.is_graph_output:
+            continue
+        users = out.users()
+        if len(users) != 1 or users[0].op != "Add" or users[0].domain or len(users[0].inputs) != 2:
+            continue
+        add = users[0]
+        other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        b = const_value(other)
+        k, m = w.shape
+        y = add.outputs[0]
+        if b is None or b.dtype.name not in FLOATS or b.size != m or b.shape[-1:] != (m,) or y.is_graph_output \
+                or y.type is None or not y.type.is_static or tuple(y.shape) != tuple(x.shape[:-1]) + (m,):
+            continue
+        s2 = graph.add_initializer(graph.fresh_name(f"{n.name}_2d"), np.array([-1, k], np.int64))
+        s3 = graph.add_initializer(graph.fresh_name(f"{n.name}_nd"), np.array(y.shape, np.int64))
+        bias = graph.add_initializer(graph.fresh_name(f"{n.name}_bias"), b.reshape(m).astype(b.dtype))
+        x2 = graph.op("Reshape", x, s2, name=f"{n.name}_in2d", before=n)
+        gemm = graph.add_node("Gemm", [x2, n.inputs[1], bias], {}, name=f"{n.name}_gemm", before=n)
+        back = graph.op("Reshape", gemm.output, s3, name=f"{n.name}_out", before=n)
+        y.replace_all_uses_with(back)
+        graph.erase(add)
+        graph.erase(n)
+        renamed[gemm.name] = n.name
+    graph.remove_unused_initializers()
+    return renamed
