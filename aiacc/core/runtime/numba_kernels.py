@@ -189,7 +189,12 @@ def generate_loop_source(program: str, n_inputs: int, inner: Sequence[int], dtyp
     body, consts = _typed_constants(program_statements(program, xs))
     last_t = body[-1].split("=", 1)[0].strip()
     ins = ", ".join(f"i{k}" for k in range(n_inputs))
-    src = ["import math", "import numpy as np", "import numba", f"_DT = np.{np.dtype(dtype).name}", *consts, ""]
+    src = ["import math", "import numpy as np", "import numba", f"_DT = np.{np.dtype(dtype).name}", *consts]
+    if np.dtype(dtype) == np.float32:
+        # vectorizable exp/tanh (numba's call libm per element); the helpers' hash keys numba's cache
+        body = [s.replace("math.exp(", "exp32(").replace("math.tanh(", "tanh32(") for s in body]
+        src += [f"from aiacc.core.runtime._numba_math import exp32, tanh32  # {_math_version()}"]
+    src += [""]
     for name, loop, parallel in (("run_parallel", "numba.prange", "True"), ("run_serial", "range", "False")):
         src += [f"@numba.njit(parallel={parallel}, fastmath=False, error_model='numpy', cache=True, nogil=True)",
                 f"def {name}(out, last, chunk, tpr, odims, strides, {ins}):",
@@ -200,11 +205,15 @@ def generate_loop_source(program: str, n_inputs: int, inner: Sequence[int], dtyp
                 "        j0 = (t - o * tpr) * chunk",
                 "        j1 = min(last, j0 + chunk)"]
         src += [f"        b{k} = 0" for k in range(n_inputs)]
-        src += ["        rem = o",
-                "        for d in range(nd - 1, -1, -1):",
-                "            q = rem % odims[d]",
-                "            rem = rem // odims[d]"]
-        src += [f"            b{k} += q * strides[{k}, d]" for k in range(n_inputs)]
+        # one outer dim (the common case: rows of a channels-last tensor) needs no index decomposition
+        src += ["        if nd == 1:"]
+        src += [f"            b{k} = o * strides[{k}, 0]" for k in range(n_inputs)]
+        src += ["        else:",
+                "            rem = o",
+                "            for d in range(nd - 1, -1, -1):",
+                "                q = rem % odims[d]",
+                "                rem = rem // odims[d]"]
+        src += [f"                b{k} += q * strides[{k}, d]" for k in range(n_inputs)]
         # slices indexed from 0: LLVM proves the indices non-negative and vectorizes the loop
         src += ["        base = o * last + j0",
                 "        w = out[base:base + (j1 - j0)]"]
@@ -216,6 +225,12 @@ def generate_loop_source(program: str, n_inputs: int, inner: Sequence[int], dtyp
         src += [f"            {s}" for s in body]
         src += [f"            w[j] = {last_t}", ""]
     return "\n".join(src) + "\n"
+
+
+def _math_version() -> str:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_numba_math.py")
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def numba_available() -> bool:

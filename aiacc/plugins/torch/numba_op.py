@@ -1,0 +1,172 @@
+"""`torch.ops.aiacc.fused_elementwise(inputs, program)`: aiacc::FusedElementwise as a torch operator whose
+CPU kernel runs the numba kernel (aiacc.core.runtime.numba_kernels) on the tensors' own memory, no copies:
+the output is allocated by torch (`empty_like` of a full-size input, so channels-last stays channels-last)
+and both sides are handed to numba as numpy views (`Tensor.numpy()`).
+
+Registered on import of this module (the torch exporter imports it). It has
+  - a fake (meta) kernel, so torch.jit.trace, torch.fx and torch.compile see the output's shape and dtype;
+  - an autograd formula: the gradient of the same program evaluated with torch ops (`torch_program`),
+    so a module exported for inference still differentiates correctly if someone asks.
+
+What survives torch.save: an exported fx.GraphModule pickles its generated code, which calls
+`torch.ops.aiacc.fused_elementwise.default(...)` with the program as a string literal; torch.load needs the
+op registered first, i.e. `import aiacc` (or aiacc.plugins.torch.numba_op) before torch.load. The kernels
+themselves are not pickled: the first call after loading compiles them (or loads them from numba's disk
+cache). A torch.jit.trace of such a module records the op call the same way (torch.jit.save/load: the same
+import first).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aiacc.core.ops import get_schema
+from aiacc.core.ops.fused import parse_program
+from aiacc.core.runtime.numba_kernels import FusedKernel, fused_elementwise_kernel
+from aiacc.errors import UnsupportedError
+
+QUALNAME = "aiacc::fused_elementwise"
+_NP_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+_SHAPES: dict[tuple, tuple[int, int]] = {}  # input shapes -> (output shape, index of a full-size input or -1)
+
+
+def _out_like(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    key = tuple(tuple(t.shape) for t in inputs)
+    got = _SHAPES.get(key)
+    if got is None:
+        shape = tuple(np.broadcast_shapes(*key))
+        got = _SHAPES[key] = (shape, next((k for k, s in enumerate(key) if s == shape), -1))
+    if got[1] >= 0:
+        return torch.empty_like(inputs[got[1]])  # preserve_format: that input's memory order
+    return torch.empty(got[0], dtype=inputs[0].dtype, device=inputs[0].device)
+
+
+_KERNELS: dict[tuple, FusedKernel] = {}
+
+
+def kernel_for(program: str, inputs: Sequence[torch.Tensor]) -> FusedKernel:
+    """The numba kernel the op runs for these inputs (one per program and dtype in the process)."""
+    key = (program, len(inputs), inputs[0].dtype)
+    fn = _KERNELS.get(key)
+    if fn is None:
+        dt = _NP_DTYPES.get(inputs[0].dtype)
+        if dt is None:
+            raise UnsupportedError(f"aiacc::fused_elementwise runs float32/float64, not {inputs[0].dtype}")
+        fn = _KERNELS[key] = fused_elementwise_kernel(program, len(inputs), dt)
+    return fn
+
+
+def _cpu(inputs: list[torch.Tensor], program: str) -> torch.Tensor:
+    fn = kernel_for(program, inputs)
+    out = _out_like(inputs)
+    dt = inputs[0].dtype
+    fn(*[t.numpy() if t.dtype is dt else t.to(dt).numpy() for t in inputs], out=out.numpy())
+    return out
+
+
+def _fake(inputs: list[torch.Tensor], program: str) -> torch.Tensor:
+    return _out_like(inputs)
+
+
+# ------------------------------------------------------------------------------------------------ torch ops
+def _clip(x, lo=None, hi=None):
+    if lo is not None:
+        x = torch.maximum(x, lo)
+    if hi is not None:
+        x = torch.minimum(x, hi)
+    return x
+
+
+def _fold(fn):
+    def run(*xs, **_):
+        y = xs[0]
+        for x in xs[1:]:
+            y = fn(y, x)
+        return y
+    return run
+
+
+# op -> torch function(*tensors, **attrs) with the ONNX op's semantics (used for the gradient)
+TORCH_OPS = {
+    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b,
+    "Pow": lambda a, b: torch.pow(a, b), "Neg": lambda a: -a, "Abs": torch.abs,
+    "Reciprocal": torch.reciprocal, "Sqrt": torch.sqrt, "Exp": torch.exp, "Log": torch.log, "Sin": torch.sin,
+    "Cos": torch.cos, "Tanh": torch.tanh, "Erf": torch.erf, "Relu": torch.relu,
+    "LeakyRelu": lambda x, alpha: F.leaky_relu(x, alpha), "Elu": lambda x, alpha: F.elu(x, alpha),
+    "Sigmoid": torch.sigmoid,
+    "HardSigmoid": lambda x, alpha, beta: torch.clamp(x * alpha + beta, 0.0, 1.0),
+    "HardSwish": F.hardswish, "Softplus": F.softplus, "Softsign": F.softsign,
+    "Gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "Clip": _clip, "Max": _fold(torch.maximum), "Min": _fold(torch.minimum), "Identity": lambda x: x,
+}
+_ATTRS = {"LeakyRelu": ("alpha",), "Elu": ("alpha",), "HardSigmoid": ("alpha", "beta"), "Gelu": ("approximate",)}
+
+
+def torch_program(program: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The program evaluated op by op with torch operations (differentiable)."""
+    env = {f"i{k}": t for k, t in enumerate(inputs)}
+    last = None
+    for target, op_type, args, attrs in parse_program(program):
+        schema = get_schema(op_type)
+        full = {k: (attrs[k] if k in attrs else spec.default) for k, spec in schema.attrs.items()}
+        kw = {k: full[k] for k in _ATTRS.get(op_type, ())}
+        last = env[target] = TORCH_OPS[op_type](*[env[a] for a in args], **kw)
+    return last
+
+
+class _Fused(torch.autograd.Function):
+    """Forward: the numba kernel; backward: the gradient of the program in torch ops (recomputed)."""
+
+    @staticmethod
+    def forward(ctx, program, *tensors):
+        ctx.program = program
+        ctx.save_for_backward(*tensors)
+        with torch._C._AutoDispatchBelowAutograd():
+            return OP(list(tensors), program)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xs = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            y = torch_program(ctx.program, xs)
+            grads = torch.autograd.grad(y, xs, grad, allow_unused=True)
+        return (None, *grads)
+
+
+def _autograd(inputs: list[torch.Tensor], program: str) -> torch.Tensor:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        return _Fused.apply(program, *inputs)
+    if all(type(t) is torch.Tensor and t.device.type == "cpu" for t in inputs):
+        return _cpu(inputs, program)  # plain CPU tensors: the kernel directly (saves a second dispatch)
+    with torch._C._AutoDispatchBelowAutograd():  # fake / meta / subclass tensors: the kernel below
+        return OP(inputs, program)
+
+
+def _register() -> None:
+    lib = torch.library.Library("aiacc", "FRAGMENT")
+    lib.define("fused_elementwise(Tensor[] inputs, str program) -> Tensor")
+    lib.impl("fused_elementwise", _cpu, "CPU")
+    lib.impl("fused_elementwise", _autograd, "Autograd")
+    torch.library.register_fake(QUALNAME, _fake, lib=lib)
+    globals()["_LIB"] = lib  # the registrations live as long as the library object
+
+
+def _has_op() -> bool:
+    try:
+        torch.ops.aiacc.fused_elementwise.default  # noqa: B018
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+if not _has_op():
+    _register()
+
+OP = torch.ops.aiacc.fused_elementwise.default
+
+__all__ = ["OP", "QUALNAME", "TORCH_OPS", "torch_program", "kernel_for"]
