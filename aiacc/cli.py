@@ -221,7 +221,7 @@ def cmd_inspect(args) -> int:
         memory.pop("plan", None)
         doc["memory"] = memory
         print(json.dumps(doc, indent=1, default=str))
-        return 0
+        return _unknown_ops_status(graph)
     console = _console()
     for t in _summary_tables(graph, stats, title):
         console.print(t)
@@ -248,7 +248,20 @@ def cmd_inspect(args) -> int:
                 cmp.add_row(op, str(a), str(b))
         console.print(cmp)
     _print_memory_plan(console, after if args.optimize else graph, bind)
-    return 0
+    return _unknown_ops_status(graph)
+
+
+def _unknown_ops_status(graph) -> int:
+    """inspect's exit status: 1, with the unknown default-domain ops named on stderr (a default-domain op
+    that is not an ONNX operator means a broken or mislabelled file), else 0."""
+    unknown = _unknown_ops(graph)
+    if not unknown:
+        return 0
+    nodes = {op: next(n.name for n in graph if n.domain == "" and n.op == op) for op in unknown}
+    print(f"aiacc: error: {len(unknown)} op(s) of the default (ONNX) domain are unknown: "
+          f"{', '.join(f'{op} (node {nodes[op]})' for op in unknown)}; they are not ONNX operators aiacc knows "
+          f"(aiacc optimize keeps them opaque)", file=sys.stderr)
+    return 1
 
 
 def _unknown_ops(graph) -> list[str]:

@@ -49,10 +49,11 @@ def test_inspect_tables_show_the_plan_and_say_what_was_assumed(conv_file, capsys
 
 def test_inspect_names_unknown_default_domain_ops(tmp_path, capsys):
     path = _write(tmp_path, [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NoSuchOp", ["r"], ["y"])])
-    assert cli.main(["inspect", path]) == 0
-    out = capsys.readouterr().out
+    assert cli.main(["inspect", path]) == 1  # issue 16: a default-domain op that is not ONNX is an error
+    out, err = capsys.readouterr()
     assert "unknown ops (kept opaque, not checked): NoSuchOp" in out
-    assert cli.main(["inspect", path, "--json"]) == 0
+    assert "default (ONNX) domain are unknown: NoSuchOp" in err
+    assert cli.main(["inspect", path, "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["unknown_ops"] == ["NoSuchOp"]
     assert "error" in doc["memory"]  # an opaque op of unknown output shape: no plan, and it says why

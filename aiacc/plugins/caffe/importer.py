@@ -79,6 +79,20 @@ def opaque_kernel(node) -> Callable[..., Any] | None:
     return run
 
 
+def _unknown_source(v: Value):
+    """The opaque node (a layer type aiacc does not know) an unknown shape comes from, if any."""
+    seen, todo = set(), [v]
+    while todo:
+        node = todo.pop().producer
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.is_opaque:
+            return node
+        todo += [x for x in node.inputs if x is not None and x.shape is None]
+    return None
+
+
 def int_list(values) -> list[int]:
     """A protobuf repeated field of integers as a list of Python ints."""
     return [int(v) for v in values]
@@ -261,7 +275,10 @@ class LayerContext:
     def shape(self, i: int = 0) -> list[int]:
         s = self.bottoms[i].shape
         if s is None or not all(isinstance(d, int) for d in s):
-            raise self.fail(f"bottom {self.layer.bottom[i]!r} has an unknown shape {s}")
+            made = _unknown_source(self.bottoms[i]) if s is None else None
+            why = (f" (it comes from layer {made.name!r} of type {made.op!r}, which aiacc does not know: register "
+                   f"its kernel and shapes with aiacc.plugins.caffe.register_layer)" if made is not None else "")
+            raise self.fail(f"bottom {self.layer.bottom[i]!r} has an unknown shape {s}{why}")
         return list(s)
 
     def maybe_shape(self, i: int = 0) -> list | None:

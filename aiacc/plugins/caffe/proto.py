@@ -67,6 +67,9 @@ def read_prototxt(path: str | os.PathLike) -> pb.NetParameter:
             text = f.read()
     except OSError as e:
         raise ParseError(f"cannot read prototxt {os.fspath(path)}: {e.strerror}") from None
+    except UnicodeDecodeError as e:  # a binary file (a .caffemodel?) under a .prototxt name
+        raise ParseError(f"{os.fspath(path)}: not a text prototxt: byte {e.start} is not UTF-8 (a binary file, "
+                         f"perhaps a .caffemodel, named .prototxt?)") from None
     return parse_prototxt(text, os.fspath(path))
 
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import VerificationError, fallback
+from aiacc.errors import KernelError, VerificationError, fallback
 from aiacc.plugins.base import FileReport
 from aiacc.plugins.mxnet.model import params_path_for, read_model  # noqa: F401  (params_path_for: the tests' name)
 
@@ -107,7 +107,13 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
         model = read_model(path, params)
         ref = symbol_block(model.symbol_json, [v.name for v in original.inputs], model.arg_params, model.aux_params)
         new = symbol_block(sym.to_json(), [v.name for v in g.inputs], args, aux)
-        expected = _flatten_outputs(ref(*[mx.nd.array(a) for a in feeds]))
+        try:
+            expected = _flatten_outputs(ref(*[mx.nd.array(a) for a in feeds]))
+        except mx.base.MXNetError as e:  # the file itself: MXNet cannot run it either
+            from aiacc.plugins.mxnet.mxrun import _mx_error
+
+            raise KernelError(f"{path}: MXNet cannot run the original model on inputs of shape "
+                              f"{[list(a.shape) for a in feeds]}: {_mx_error(e)}") from None
         actual = _flatten_outputs(new(*[mx.nd.array(a) for a in feeds]))
         t = MXNetTranslator()
         problem = compare_outputs(expected, actual, t.rtol, t.atol)

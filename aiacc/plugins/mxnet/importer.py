@@ -28,7 +28,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
-from aiacc.errors import AiaccError, UnsupportedError, fallback
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError, fallback
 from aiacc.plugins.mxnet.symjson import MxNode, MxSymbol, attr_bool, attr_float, attr_int, attr_str, attr_tuple
 
 OPAQUE_DOMAIN = "mxnet"
@@ -44,6 +44,11 @@ converters = OpTable("mxnet import")
 def supported_ops() -> list[str]:
     """The MXNet ops the importer translates (others stay opaque)."""
     return sorted(converters)
+
+
+class InvalidValue(ShapeError):
+    """An attribute value no MXNet node can run with (num_filter=-1): an error, never an opaque node (MXNet
+    loads such a node and fails later, deep inside its shape inference)."""
 
 
 class Ctx:
@@ -83,6 +88,32 @@ class Ctx:
         if s is None or not all(isinstance(d, (int, np.integer)) for d in s):
             return None
         return tuple(int(d) for d in s)
+
+    def count(self, key: str, weight: int, axis: int, times: int = 1) -> None:
+        """Check the count attribute `key` (num_filter, num_hidden): a positive integer that agrees with
+        dimension `axis` of input `weight` (times `times`) where that shape is known; a ShapeError naming
+        the node otherwise. MXNet itself fails later on such a file, deep inside shape inference."""
+        n = self.int(key, None)
+        if n is None:
+            return
+        s = self.inputs[weight].shape if weight < len(self.inputs) else None
+        has = s[axis] * times if s is not None and len(s) > axis and isinstance(s[axis], int) else None
+        if n < 1:
+            raise InvalidValue(f"{self.node.describe()}: {key}={n} must be a positive count"
+                             + (f" (its weight {self.inputs[weight].name!r} has {has})" if has else ""))
+        if has is not None and has != n:
+            raise InvalidValue(f"{self.node.describe()}: {key}={n}, but its weight {self.inputs[weight].name!r} "
+                               f"has shape {list(s)} ({has})")
+
+    def kernel_matches(self, kernel: list, weight: int = 1) -> None:
+        """The weight's spatial dimensions must be `kernel` where the weight's shape is known (a parameter
+        of the wrong shape): an InvalidValue naming the parameter and the node otherwise."""
+        s = self.inputs[weight].shape if weight < len(self.inputs) else None
+        if s is None or len(s) != len(kernel) + 2 or not all(isinstance(d, int) for d in s):
+            return
+        if list(s[2:]) != [int(k) for k in kernel]:
+            raise InvalidValue(f"{self.node.describe()}: parameter {self.inputs[weight].name!r} has shape "
+                               f"{list(s)}, but kernel={tuple(kernel)} needs spatial dimensions {list(kernel)}")
 
     def rank(self, i: int) -> int | None:
         s = self.inputs[i].shape
@@ -185,7 +216,7 @@ def import_symbol(sym: MxSymbol, params: Mapping[str, np.ndarray], input_types: 
                 # was too strict and the node stays opaque; if MXNet rejects it too, our error names it
                 err = e if n.name in str(e) else type(e)(f"{n.describe()}: {e}")
                 g.rollback(mark)
-                if opaque_backend is None:
+                if opaque_backend is None or isinstance(e, InvalidValue):
                     raise err from None
                 try:
                     outs = _opaque(g, n, ins, opaque_backend)

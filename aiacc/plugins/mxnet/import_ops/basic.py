@@ -32,6 +32,8 @@ def _convolution(ctx: Ctx):
     n = len(kernel)
     no_bias = ctx.bool("no_bias", False)
     ctx.need_inputs(2 if no_bias else 3)
+    ctx.count("num_filter", 1, 0)
+    ctx.kernel_matches(kernel)
     pad = _spatial(ctx, "pad", n, 0)
     return ctx.op("Conv", ctx.inputs[0], ctx.inputs[1], None if no_bias else ctx.inputs[2],
                   kernel_shape=kernel, strides=_spatial(ctx, "stride", n, 1),
@@ -46,6 +48,8 @@ def _deconvolution(ctx: Ctx):
     n = len(kernel)
     no_bias = ctx.bool("no_bias", True)
     ctx.need_inputs(2 if no_bias else 3)
+    ctx.count("num_filter", 1, 1, ctx.int("num_group", 1))
+    ctx.kernel_matches(kernel)
     pad, adj = _spatial(ctx, "pad", n, 0), _spatial(ctx, "adj", n, 0)
     stride, dilate = _spatial(ctx, "stride", n, 1), _spatial(ctx, "dilate", n, 1)
     target = ctx.tuple("target_shape", None)
@@ -211,6 +215,7 @@ def _pooling(ctx: Ctx):
 def _fully_connected(ctx: Ctx):
     no_bias = ctx.bool("no_bias", False)
     ctx.need_inputs(2 if no_bias else 3)
+    ctx.count("num_hidden", 1, 0)
     x, w = ctx.inputs[0], ctx.inputs[1]
     b = None if no_bias else ctx.inputs[2]
     rank = ctx.rank(0)
