@@ -26,7 +26,8 @@ import numpy as np
 
 from aiacc.core.ir import Graph, Node
 from aiacc.core.memory import MemoryPlan, plan_memory
-from aiacc.core.runtime.arena import ArenaInterpreter
+from aiacc.core.ops.fused import apply_activation
+from aiacc.core.runtime.arena import INTO_KERNELS, ArenaInterpreter
 from aiacc.core.runtime.executor import check_inputs
 from aiacc.errors import KernelError, fallback
 
@@ -60,15 +61,79 @@ class AiaccInterpreter(ArenaInterpreter):
 
     def run_node(self, node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
         fn = self.numba_nodes.get(id(node))
-        view = self.views.get(node.outputs[0].name) if fn is not None else None
-        if view is not None and all(a is not None for a in args):
+        view = self.views.get(node.outputs[0].name) if node.outputs else None
+        if fn is not None and view is not None and all(a is not None for a in args):
             try:
                 with np.errstate(all="ignore"):
                     fn(*args, out=view)
             except KernelError as e:
                 raise KernelError(f"node {node.name} (aiacc::FusedElementwise): {e}") from e
             return [view]
+        into = FUSED_INTO.get(node.op) if node.domain == "aiacc" and "kernel" not in node.meta else None
+        if into is not None and view is not None and len(node.outputs) == 1:
+            with np.errstate(all="ignore"):
+                try:
+                    done = into(node, list(args), view)
+                except Exception as e:  # noqa: BLE001
+                    raise KernelError(f"node {node.name} ({node.qualified_op}) failed writing into its arena "
+                                      f"slot: {e}") from e
+            if done:
+                return [view]
         return super().run_node(node, args)
+
+
+# ------------------------------------------------------------------------------------------------
+# aiacc's fused ops written into their arena slot: the standard op's into-kernel, then the epilogue in place
+# ------------------------------------------------------------------------------------------------
+def _activation_in_place(node: Node, out: np.ndarray) -> None:
+    act = node.attr("activation", "") or ""
+    if not act:
+        return
+    params = list(node.attr("activation_params") or [])
+    if act == "Relu":
+        np.maximum(out, out.dtype.type(0), out=out)
+    elif act == "Clip":
+        lo, hi = (params + [-np.inf, np.inf])[:2]
+        np.clip(out, out.dtype.type(lo), out.dtype.type(hi), out=out)
+    else:
+        np.copyto(out, apply_activation(out, act, params))
+
+
+def _fused_conv(node: Node, args: list, out: np.ndarray) -> bool:
+    x, w = args[0], args[1]
+    b = args[2] if len(args) > 2 else None
+    residual = args[3] if len(args) > 3 else None
+    if not INTO_KERNELS["Conv"](node, [x, w] + ([b] if b is not None else []), out):
+        return False
+    if residual is not None:
+        np.add(out, residual, out=out)
+    _activation_in_place(node, out)
+    return True
+
+
+def _fused_gemm(node: Node, args: list, out: np.ndarray) -> bool:
+    if any(a is not None and a.dtype != out.dtype for a in args):
+        return False
+    if not INTO_KERNELS["Gemm"](node, [a for a in args if a is not None], out):
+        return False
+    _activation_in_place(node, out)
+    return True
+
+
+def _fused_matmul(node: Node, args: list, out: np.ndarray) -> bool:
+    a, w = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    if a.ndim < 2 or w.ndim != 2 or a.dtype != out.dtype or w.dtype != out.dtype:
+        return False
+    np.matmul(a, w, out=out)
+    if bias is not None:
+        np.add(out, bias, out=out)
+    _activation_in_place(node, out)
+    return True
+
+
+#: aiacc-domain op -> a kernel writing into the output's arena view (False: it cannot, run the reference)
+FUSED_INTO = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, "FusedMatMul": _fused_matmul}
 
 
 class AiaccRuntime:
