@@ -48,6 +48,7 @@ import torch  # noqa: E402
 
 import aiacc  # noqa: E402
 from aiacc.core.stats import graph_stats  # noqa: E402
+from aiacc.plugins.torch.ort import _from_ortvalue as from_ortvalue  # noqa: E402  (DLPack, older ORT too)
 from aiacc.zoo import torch_models  # noqa: E402
 
 # dense peak TFLOP/s of an H200 SXM by precision (NVIDIA's datasheet, without sparsity)
@@ -175,7 +176,7 @@ def ort_session_runner(model, xs_cpu, device, providers, trt_cache: str | None):
         for name in outs:
             binding.bind_output(name, kind, index)
         sess.run_with_iobinding(binding)
-        return [torch.from_dlpack(v._get_c_value()) for v in binding.get_outputs()]
+        return [from_ortvalue(v) for v in binding.get_outputs()]
     return run
 
 

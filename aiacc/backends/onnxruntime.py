@@ -256,7 +256,16 @@ class OrtGraphRunner:
         if isinstance(x, np.ndarray):
             return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x))
         if hasattr(x, "__dlpack__"):
-            return ort.OrtValue.from_dlpack(x)
+            if hasattr(ort.OrtValue, "from_dlpack"):
+                return ort.OrtValue.from_dlpack(x)
+            # onnxruntime before OrtValue.from_dlpack: the binding's own entry point takes a capsule
+            from onnxruntime.capi import _pybind_state as C
+
+            try:  # (capsule, is_bool) in the releases that had it; (capsule) in later ones
+                c = C.OrtValue.from_dlpack(x.__dlpack__(), str(getattr(x, "dtype", "")).endswith("bool"))
+            except TypeError:
+                c = C.OrtValue.from_dlpack(x.__dlpack__())
+            return ort.OrtValue(c)
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(np.asarray(x)))
 
     def _on_device(self, array: np.ndarray):

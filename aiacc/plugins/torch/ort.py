@@ -73,8 +73,11 @@ class OrtModule(nn.Module):
 def _from_ortvalue(value) -> torch.Tensor:
     """A torch tensor sharing an OrtValue's memory (DLPack); through numpy where DLPack is missing (older
     onnxruntime) or refuses the dtype."""
+    c = value._get_c_value()
     try:
-        return torch.from_dlpack(value._get_c_value())
+        if hasattr(c, "__dlpack__"):
+            return torch.from_dlpack(c)
+        return torch.utils.dlpack.from_dlpack(c.to_dlpack())  # onnxruntime without the protocol methods
     except (AttributeError, TypeError, RuntimeError, BufferError):
         if value.device_name().lower() != "cpu":
             raise
