@@ -248,6 +248,7 @@ class PassRecord:
     ops_added: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     checked: str = ""  # debug mode: "graph", "graph+numerics" or why numerics were not checked
+    notes: list[str] = field(default_factory=list)  # what the backend made of the pass's result (per node)
 
     @property
     def const_bytes_saved(self) -> int:
@@ -264,7 +265,7 @@ class PassRecord:
             "const_bytes_before": self.const_bytes_before, "const_bytes_after": self.const_bytes_after,
             "const_bytes_saved": self.const_bytes_saved, "seconds": self.seconds,
             "ops_removed": dict(self.ops_removed), "ops_added": dict(self.ops_added),
-            "counters": dict(self.counters), "checked": self.checked,
+            "counters": dict(self.counters), "checked": self.checked, "notes": list(self.notes),
         }
 
 
@@ -290,6 +291,17 @@ class PassReport:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+    def note(self, name: str, lines: list[str]) -> None:
+        """Add the backend's notes to the record of pass `name` (e.g. which fused kernels the torch export
+        kept: "f1: kept: numba 0.41x"); shown under the table. Without a record of that pass (a graph that
+        came in fused), a record is added for the notes."""
+        try:
+            rec = self[name]
+        except KeyError:
+            rec = PassRecord(name)
+            self.records.append(rec)
+        rec.notes.extend(lines)
 
     @property
     def seconds(self) -> float:
@@ -324,9 +336,14 @@ class PassReport:
                             + [f"+{k}x{v}" for k, v in r.ops_added.items()])
             t.add_row(r.name, str(r.rewrites), str(r.removed), str(r.added), str(r.fused),
                       _bytes(r.const_bytes_saved), f"{r.seconds * 1e3:.1f}", ops)
+        notes = [f"{r.name}: {n}" for r in self.records for n in r.notes[:8]]
+        notes += [f"{r.name}: ... {len(r.notes) - 8} more (as_dict() has them all)" for r in self.records
+                  if len(r.notes) > 8]
+        if notes:
+            t.caption = "\n".join(notes)
         if self.skipped:
-            t.caption = "skipped in " + _said(self.mode) + " mode: " + "; ".join(f"{k} ({v})"
-                                                                       for k, v in self.skipped.items())
+            t.caption = (t.caption + "\n" if notes else "") + "skipped in " + _said(self.mode) + " mode: " \
+                + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
         if self.fallbacks:
             t.caption = ((t.caption + "\n") if t.caption else "") + "fallbacks: " + "; ".join(self.fallbacks)
         return t

@@ -169,4 +169,108 @@ if not _has_op():
 
 OP = torch.ops.aiacc.fused_elementwise.default
 
-__all__ = ["OP", "QUALNAME", "TORCH_OPS", "torch_program", "kernel_for"]
+__all__ = ["OP", "QUALNAME", "TORCH_OPS", "torch_program", "kernel_for", "choose_fusions"]
+
+
+# ------------------------------------------------------------------------------------------------ measured choice
+# AIACC_FUSED_ELEMENTWISE: "measure" (default: time both, keep the faster), "numba" (always the kernel),
+# "torch" (never: the program's ops as torch calls)
+MODE_ENV = "AIACC_FUSED_ELEMENTWISE"
+META_KEY = "torch.fused_elementwise"  # node.meta: (kept: bool, note) as choose_fusions decided
+
+
+class _Eager:
+    """A stand-in for the exporter's Builder that runs each call at once (what the exported code would do)."""
+
+    inference = True
+    inplace_ok = False
+
+    @staticmethod
+    def call(fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    @staticmethod
+    def method(name, obj, *args, **kwargs):
+        return getattr(obj, name)(*args, **kwargs)
+
+
+def _time_pair(fused, unfused, rounds: int = 7) -> tuple[float, float]:
+    """Min seconds of each callable, interleaved (one call of each per round, after two warm-ups)."""
+    import time
+
+    best = [float("inf"), float("inf")]
+    with torch.no_grad():
+        for _ in range(2):
+            fused(), unfused()
+        for _ in range(rounds):
+            for k, fn in enumerate((fused, unfused)):
+                t = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t)
+    return best[0], best[1]
+
+
+def _example_inputs(node, rng) -> list[torch.Tensor] | None:
+    from aiacc.core.passes.utils import const_value
+
+    out = []
+    for v in node.inputs:
+        c = const_value(v) if v is not None else None
+        if c is not None:
+            out.append(torch.from_numpy(np.array(c, copy=True)))
+            continue
+        if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape) or v.dtype not in (
+                "float32", "float64"):
+            return None
+        out.append(torch.from_numpy(rng.standard_normal(v.shape).astype(v.dtype)))
+    return out
+
+
+def choose_fusions(graph, timer=None) -> dict[str, str]:
+    """For each aiacc::FusedElementwise node of an inference graph decide between the numba op and the
+    program's ops as torch calls (the exporter's own lowering, peepholes included): time both on random
+    tensors of the node's input shapes (constants as they are), keep the faster. Writes node.meta[META_KEY]
+    = (kept, note) and returns {node name: note} ("kept: numba 0.41x", "dropped: slower 1.30x", "dropped:
+    ..." when it cannot run). `timer(fused, unfused) -> (s, s)` replaces the timing (tests)."""
+    import os
+
+    from aiacc.core.runtime.numba_kernels import numba_available
+    from aiacc.plugins.torch.export_ops.fused import lower_program
+
+    mode = os.environ.get(MODE_ENV, "measure")
+    timer = timer or _time_pair
+    rng = np.random.default_rng(0)
+    notes: dict[str, str] = {}
+    seen: dict[tuple, tuple[bool, str]] = {}
+    for node in graph:
+        if node.domain != "aiacc" or node.op != "FusedElementwise":
+            continue
+        if not numba_available():
+            decision = (False, "dropped: numba is not installed")
+        elif mode == "numba":
+            decision = (True, f"kept: {MODE_ENV}=numba")
+        elif mode == "torch":
+            decision = (False, f"dropped: {MODE_ENV}=torch")
+        else:
+            key = (node.attrs["program"], tuple((v.shape, v.dtype, v.const is not None) for v in node.inputs))
+            decision = seen.get(key)
+            if decision is None:
+                xs = _example_inputs(node, rng)
+                if xs is None:
+                    decision = (False, "dropped: input shapes unknown, not measured")
+                else:
+                    program = node.attrs["program"]
+                    consts = [t.numpy() if v.const is not None else None for t, v in zip(xs, node.inputs)]
+                    try:
+                        fused_s, unfused_s = timer(lambda: OP(xs, program),
+                                                   lambda: lower_program(_Eager, program, xs, consts))
+                    except Exception as e:  # noqa: BLE001  (a kernel that cannot run here is not kept)
+                        decision = (False, f"dropped: the kernel failed ({type(e).__name__}: {e})")
+                    else:
+                        ratio = fused_s / unfused_s if unfused_s > 0 else float("inf")
+                        decision = (True, f"kept: numba {ratio:.2f}x") if ratio < 1.0 else \
+                            (False, f"dropped: slower {ratio:.2f}x")
+                seen[key] = decision
+        node.meta[META_KEY] = decision
+        notes[node.name] = decision[1]
+    return notes

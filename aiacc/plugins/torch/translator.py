@@ -74,7 +74,15 @@ class TorchPlugin(Plugin):
         from aiacc.plugins.torch import export_ops  # noqa: F401  (fills the exporter's op table)
         from aiacc.plugins.torch.exporter import export
 
-        return export(graph, original)
+        notes = {}
+        if graph.meta.get("torch.mode", "inference") != "train" and graph.find_nodes("FusedElementwise", "aiacc"):
+            from aiacc.plugins.torch.numba_op import choose_fusions  # numba kernel or torch ops, measured
+
+            notes = choose_fusions(graph)
+        gm = export(graph, original)
+        if notes:
+            gm.aiacc_fused_elementwise = notes  # {node: "kept: numba 0.41x" | "dropped: ..."}, for the report
+        return gm
 
     def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
                            **options: Any) -> Any:
@@ -162,6 +170,10 @@ class TorchPlugin(Plugin):
             raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
         with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
             out = super().optimize(model, example_inputs, **options)
+            notes = getattr(out, "aiacc_fused_elementwise", None)
+            report = getattr(out, "aiacc_report", None)
+            if notes and report is not None:
+                report.note("elementwise_fusion", [f"{k}: {v}" for k, v in notes.items()])
             if budget is not None:
                 report = getattr(out, "aiacc_report", None)
                 out = _plan_memory(out, example_inputs, budget)

@@ -1,6 +1,6 @@
 """Lowerings of aiacc's fused ops (domain "aiacc") to the fastest torch form: oneDNN convolution / linear with the
 activation as a post-op (summing into a dead residual in place), F.scaled_dot_product_attention, and the
-FusedElementwise program op by op.
+FusedElementwise program as the numba op (aiacc/plugins/torch/numba_op.py) where measured faster, else op by op.
 
 A lowering, registered in exporter.LOWERINGS under the op's qualified name ("Conv", "aiacc::FusedConv"),
 gets the Builder and an LNode (see exporter.py) and returns the fx value of each output. Constant inputs
@@ -153,20 +153,81 @@ def _attention(b, n):
 
 @LOWERINGS.register("aiacc::FusedElementwise")
 def _fused_elementwise(b, n):
-    """The program's statements as torch ops (torch fuses nothing here, but each op is one vectorized call)."""
-    env = {f"i{k}": n.arg(k) for k in range(n.n_inputs)}
-    consts = {f"i{k}": n.const(k) for k in range(n.n_inputs)}
+    """In an inference export, one call of the numba op torch.ops.aiacc.fused_elementwise where
+    numba_op.choose_fusions kept it (measured faster; node.meta[numba_op.META_KEY]); otherwise, and in
+    training, the program's statements as torch ops (lower_program)."""
+    args = [n.arg(k) for k in range(n.n_inputs)]
+    decision = n.meta.get("torch.fused_elementwise")
+    if b.inference and decision is not None and decision[0]:
+        from aiacc.plugins.torch.numba_op import OP
+
+        return b.call(OP, args, n.attr("program"))
+    return lower_program(b, n.attr("program"), args, [n.const(k) for k in range(n.n_inputs)], n.outputs, n.name)
+
+
+def _peepholes(stmts, const: set[str]) -> tuple[dict[str, tuple], set[str]]:
+    """Statements the level-2 graph had as one torch call: Mul(x, Sigmoid(x)) -> F.silu(x) (level 2's
+    export peephole), Add(Mul(x, c), d) with constant c, d (a decomposed BatchNorm) -> torch.addcmul(d, x, c).
+    `const`: the inputs that are constants. Returns {target: (kind, operands)} and the targets absorbed."""
+    uses: dict[str, int] = {}
+    for _, _, args, _ in stmts:
+        for a in args:
+            uses[a] = uses.get(a, 0) + 1
+    last = stmts[-1][0]
+    by_target = {t: (op, args) for t, op, args, _ in stmts}
+    special, skip = {}, set()
+    for t, op, args, _ in stmts:
+        if op == "Mul" and len(args) == 2:
+            for x, s in ((args[0], args[1]), (args[1], args[0])):
+                p = by_target.get(s)
+                if p is not None and p[0] == "Sigmoid" and p[1] == [x] and uses.get(s) == 1 and s != last:
+                    special[t], skip = ("silu", (x,)), skip | {s}
+                    break
+        elif op == "Add" and len(args) == 2:
+            for m, d in ((args[0], args[1]), (args[1], args[0])):
+                p = by_target.get(m)
+                if p is not None and p[0] == "Mul" and uses.get(m) == 1 and m not in special and m != last \
+                        and d in const and any(a in const for a in p[1]):
+                    special[t], skip = ("addcmul", (d, *p[1])), skip | {m}
+                    break
+    return special, skip
+
+
+def lower_program(b, program: str, args: list, consts: list, outputs=None, name: str = "fused"):
+    """A FusedElementwise program as torch calls through `b` (the exporter's Builder, or anything with its
+    call/method: numba_op times the same lowering eagerly): each statement by the op's own lowering,
+    with the peepholes that keep it no worse than level 2's ops (_peepholes). consts[k]: input k as a
+    numpy constant (read as a Python number where the op takes one) or None."""
+    env = {f"i{k}": a for k, a in enumerate(args)}
+    cenv = {f"i{k}": c for k, c in enumerate(consts)}
+    stmts = parse_program(program)
+    special, skip = _peepholes(stmts, {k for k, c in cenv.items() if c is not None})
     last = None
-    for target, op_type, args, attrs in parse_program(n.attr("program")):
-        schema = get_schema(op_type)
-        full = {k: spec.default for k, spec in schema.attrs.items()}
-        full.update(attrs)
-        sub = LNode(b, op_type, full, [], n.outputs, f"{n.name}_{target}", args=[env[a] for a in args])
-        # constant operands stay readable as Python numbers
-        sub.const = (lambda cs: lambda i: cs[i] if i < len(cs) else None)([consts.get(a) for a in args])
-        sub.values = [object()] * len(args)  # every operand present
-        sub.shape = (lambda i: None)
-        out = LOWERINGS[op_type](b, sub)
-        last = env[target] = out[0] if isinstance(out, list) else out
-        consts[target] = None
+    for target, op_type, targs, attrs in stmts:
+        if target in skip:
+            continue
+        if target in special:
+            kind, ops = special[target]
+            if kind == "silu":
+                last = env[target] = b.call(F.silu, env[ops[0]])
+                continue
+            d, x, c = ops
+            last = env[target] = b.call(torch.addcmul, env[d], env[x], env[c])
+            cenv[target] = None
+            continue
+        last = env[target] = _lower_stmt(b, op_type, targs, attrs, env, cenv, outputs, f"{name}_{target}")
+        cenv[target] = None
     return last
+
+
+def _lower_stmt(b, op_type, targs, attrs, env, cenv, outputs, name):
+    schema = get_schema(op_type)
+    full = {k: spec.default for k, spec in schema.attrs.items()}
+    full.update(attrs)
+    sub = LNode(b, op_type, full, [], outputs or [], name, args=[env[a] for a in targs])
+    # constant operands stay readable as Python numbers
+    sub.const = (lambda cs: lambda i: cs[i] if i < len(cs) else None)([cenv.get(a) for a in targs])
+    sub.values = [object()] * len(targs)  # every operand present
+    sub.shape = (lambda i: None)
+    out = LOWERINGS[op_type](b, sub)
+    return out[0] if isinstance(out, list) else out
