@@ -17,7 +17,7 @@ path does the same work.
     python benchmarks/training.py [--frameworks tf,mxnet,torch] [--models resnet50,bert_encoder]
                                   [--batches 8,32] [--size 64] [--seq 64] [--iters 10] [--no-memory]
     python benchmarks/training.py --quick     # a BERT-style encoder (2 layers, hidden 128, seq 32),
-                                              # batch 8, every framework, 3 rounds: a few minutes
+                                              # batch 8, every framework, 3 rounds, no memory: minutes
 """
 from __future__ import annotations
 
@@ -48,6 +48,12 @@ def build(framework: str, model: str, batch: int, args):
     else:
         kw = {"size": args.size}
     return zoo.build(framework, model, batch=batch, **kw)
+
+
+def compile_option(args):
+    """framework_compile for aiacc.optimize: measured ('auto') in the timing run; in a memory subprocess
+    the timing run's choice, so the child does not measure again."""
+    return {None: "auto", "1": True, "0": False}[args.child_compile]
 
 
 def chosen(fast) -> str:
@@ -85,7 +91,7 @@ def tf_paths(framework, model_name, batch, args) -> dict:
     def optimized(compile_):
         def make():
             m, x = build(framework, model_name, batch, args)
-            fast = aiacc.optimize(m, x, mode="train")
+            fast = aiacc.optimize(m, x, mode="train", framework_compile=compile_option(args))
             xt = tf.constant(x)
             s = step_of(fast, lambda a: fast(a, training=True), compile_)
             return (lambda: s(xt)), chosen(fast)
@@ -125,7 +131,7 @@ def mxnet_paths(framework, model_name, batch, args) -> dict:
 
     def optimized():
         m, xs = build(framework, model_name, batch, args)
-        fast = aiacc.optimize(m, xs, mode="train")
+        fast = aiacc.optimize(m, xs, mode="train", framework_compile=compile_option(args))
         return step_of(fast, xs), chosen(fast)
 
     return {"original (imperative)": original(False), "hybridize static": original(True), "aiacc": optimized}
@@ -155,8 +161,8 @@ def torch_paths(framework, model_name, batch, args) -> dict:
     def optimized():
         m, xs = build(framework, model_name, batch, args)
         m.train()
-        fast = aiacc.optimize(m, xs, mode="train")
-        return step_of(fast, list(m.parameters()), xs), chosen(fast)
+        fast = aiacc.optimize(m, xs, mode="train", framework_compile=compile_option(args))
+        return step_of(fast, list(fast.parameters()), xs), chosen(fast)  # the export's own parameters
 
     return {"original (eager)": original(False), "torch.compile": original(True), "aiacc": optimized}
 
@@ -189,9 +195,11 @@ def child(spec: str, args) -> int:
     return 0
 
 
-def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str]) -> dict | None:
+def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str], note: str) -> dict | None:
     """The child's figures for one path, or None (printed to stderr) when it failed."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", f"{fw}:{model}:{batch}:{path}"]
+    if note:  # an aiacc path: the child uses the timing run's choice instead of measuring again
+        cmd += ["--child-compile", "1" if "+" in note else "0"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     for line in reversed(r.stdout.strip().splitlines()):
         if line.startswith("{"):
@@ -212,9 +220,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the per-path memory subprocesses")
     ap.add_argument("--quick", action="store_true", help="small BERT-style encoder, batch 8, 3 rounds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-compile", choices=("0", "1"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.quick:
-        args.models, args.batches, args.seq, args.iters = "bert_encoder", "8", 32, 3
+    if args.quick:  # minutes, not tens of minutes: the memory subprocesses are left out
+        args.models, args.batches, args.seq, args.iters, args.no_memory = "bert_encoder", "8", 32, 3, True
     if args.child:
         return child(args.child, args)
     shared = [a for a in argv if a != "--no-memory"]
@@ -241,12 +250,12 @@ def main(argv=None) -> int:
                 base = median_ms(next(iter(times.values())))
                 for path, ts in times.items():
                     ms = median_ms(ts)
-                    mem = None if args.no_memory else peak_memory(fw, model, batch, path, shared)
+                    mem = None if args.no_memory else peak_memory(fw, model, batch, path, shared, notes[path])
                     table.add_row(fw, model, str(batch), path, f"{ms:.1f}", f"{base / ms:.2f}x",
                                   "-" if mem is None else f"{mem['peak'] / mib:.0f}", notes[path])
                     console.print(f"{fw} {model} b{batch} {path}: {ms:.1f} ms ({base / ms:.2f}x)"
                                   + ("" if mem is None else f", peak {mem['peak'] / mib:.0f} MiB") +
-                                  (f" [{notes[path]}]" if notes[path] else ""))
+                                  (f" [{notes[path]}]" if notes[path] else ""), markup=False)
     console.print(table)
     return 0
 

@@ -62,45 +62,55 @@ def same_results(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6) -> st
 
 def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any], Callable[[], Any]],
            base_model: Any, setting: Any, compiler: str, rounds: int = 5,
-           to_arrays: Callable[[Any], list] | None = None) -> tuple[Any, TrainChoice]:
-    """(model, TrainChoice): `base_model` or the model `make_compiled()` builds, whichever runs
-    `step_of(model)` (one forward + backward, side effects undone by the caller's step) faster over
-    `rounds` interleaved rounds after one warm-up each. `setting` is the framework_compile option. A
-    compiled candidate that fails to build or run, or whose warm-up step's results (`to_arrays` of what
-    the step returns: loss and gradients) differ from aiacc's own, is not chosen (warned)."""
+           to_arrays: Callable[[Any], list] | None = None,
+           more: dict[str, Callable[[], Any]] | None = None) -> tuple[Any, TrainChoice]:
+    """(model, TrainChoice): `base_model`, the model `make_compiled()` builds (named base + compiler) or one
+    of `more` (name -> maker: other forms of the framework's best path), whichever runs `step_of(model)`
+    (one forward + backward, side effects undone by the step itself) fastest over `rounds` interleaved
+    rounds after one warm-up each; an alternative must beat aiacc's own step by the MARGIN. `setting` is
+    the framework_compile option (True: the compiled model, unmeasured). An alternative that fails to build
+    or run, or whose warm-up step's results (`to_arrays` of what the step returns: loss and gradients)
+    differ from aiacc's own, is left out (warned)."""
+    fast = f"{base} + {compiler}"
     if setting is False:
         return base_model, TrainChoice(base, reason="framework_compile=False")
-    try:
-        compiled = make_compiled()
-        if setting is True:
-            return compiled, TrainChoice(f"{base} + {compiler}", reason="framework_compile=True")
-        steps = {base: step_of(base_model), f"{base} + {compiler}": step_of(compiled)}
-        warm = [fn() for fn in steps.values()]  # warm-up: the compiler compiles here
-        problem = same_results(to_arrays(warm[0]), to_arrays(warm[1])) if to_arrays else ""
-        if problem:
-            raise ValueError(f"{problem} from aiacc's own step")
-        times: dict[str, list[float]] = {k: [] for k in steps}
-        for _ in range(rounds):
-            for k, fn in steps.items():
-                t = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t)
-    except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves aiacc's own step
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        warnings.warn(f"aiacc: mode='train' keeps its own step: {compiler} failed on it ({type(e).__name__}: "
-                      f"{first})", AiaccWarning, stacklevel=3)
-        return base_model, TrainChoice(base, reason=f"{compiler} failed: {type(e).__name__}: {first}")
+    makers = {fast: make_compiled, **(more or {})}
+    if setting is True:
+        return make_compiled(), TrainChoice(fast, reason="framework_compile=True")
+    models, steps, warm = {base: base_model}, {base: step_of(base_model)}, {}
+    warm[base] = steps[base]()
+    reasons = []
+    for name, make in makers.items():
+        try:
+            model = make()
+            step = step_of(model)
+            result = step()  # warm-up: the compiler compiles here
+            problem = same_results(to_arrays(warm[base]), to_arrays(result)) if to_arrays else ""
+            if problem:
+                raise ValueError(f"{problem} from aiacc's own step")
+        except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves the others
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({type(e).__name__}: {first})",
+                          AiaccWarning, stacklevel=3)
+            reasons.append(f"{name} failed: {type(e).__name__}: {first}")
+            continue
+        models[name], steps[name] = model, step
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(rounds):
+        for k, fn in steps.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    fast = f"{base} + {compiler}"
-    if ms[fast] < MARGIN * ms[base]:
-        choice = TrainChoice(fast, ms, f"measured faster by {ms[base] / ms[fast]:.2f}x, so aiacc runs its step "
-                                       f"through {compiler}")
-        warnings.warn(f"aiacc: mode='train' runs the optimized step through {compiler}: measured "
-                      f"{ms[fast]:.1f} ms vs {ms[base]:.1f} ms without it (framework_compile=False opts out)",
-                      AiaccWarning, stacklevel=3)
-        return compiled, choice
-    return base_model, TrainChoice(base, ms, f"{compiler} measured no faster ({ms[fast]:.1f} ms vs "
-                                             f"{ms[base]:.1f} ms)")
+    best = min(ms, key=ms.get)
+    if best != base and ms[best] < MARGIN * ms[base]:
+        warnings.warn(f"aiacc: mode='train' runs the step as {best}: measured {ms[best]:.1f} ms vs {ms[base]:.1f} ms "
+                      f"for aiacc's own (framework_compile=False opts out)", AiaccWarning, stacklevel=3)
+        return models[best], TrainChoice(best, ms, "; ".join(reasons + [
+            f"measured faster by {ms[base] / ms[best]:.2f}x than aiacc's own step, so aiacc runs it"]))
+    others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != base)
+    return base_model, TrainChoice(base, ms, "; ".join(reasons + [
+        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[base]:.1f} ms)"]))
 
 
 def attach(model: Any, choice: TrainChoice) -> Any:

@@ -95,6 +95,27 @@ def run_recorded(block: Any, example_inputs: Any) -> list[np.ndarray]:
             p.set_data(a)
 
 
+def own_symbol_block(original: Any, example_inputs: Any) -> Any:
+    """The original block's own symbol (Gluon's hybridized graph, no aiacc pass) as a SymbolBlock on the
+    same Parameters, hybridized with static_alloc and static_shape: the framework's best path, which
+    choose_flags measures against aiacc's graph."""
+    from aiacc.plugins.mxnet.translator import as_model
+
+    mx = import_mxnet()
+    m, names = as_model(original, example_inputs)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        block = mx.gluon.SymbolBlock(mx.sym.load_json(m.symbol_json), [mx.sym.var(n) for n in names],
+                                     params=original.collect_params())
+    for p in block.collect_params().values():
+        if p._data is None:
+            raise ValueError(f"Gluon's own graph has a parameter {p.name} the original block does not")
+    block.hybridize(static_alloc=True, static_shape=True)
+    return block
+
+
 def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -> Any:
     """The exported block, or one hybridized with static_shape too when that trains faster on the example
     inputs (framework_compile='auto': autograd.record forward + backward, measured interleaved; gradients
@@ -132,5 +153,9 @@ def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -
 
     chosen, choice = choose("aiacc graph (static_alloc)",
                             lambda: export_training(block.aiacc_graph, original, static_shape=True), step_of, block,
-                            setting, "hybridize static_shape", to_arrays=lambda r: [a.asnumpy() for a in r])
+                            setting, "hybridize static_shape", to_arrays=lambda r: [a.asnumpy() for a in r],
+                            more={"Gluon's own graph (hybridize static_alloc, static_shape)":
+                                  lambda: own_symbol_block(original, example_inputs)})
+    if getattr(chosen, "aiacc_graph", None) is None:  # the graph aiacc optimized; aiacc_train_path says what runs
+        chosen.aiacc_graph = block.aiacc_graph
     return attach(chosen, choice)

@@ -43,15 +43,49 @@ def step_function(graph: Graph, variables: list, jit_compile: bool = False) -> A
     assigns = [(i, variables[k]) for i, k in graph.meta["tf_assigns"]]
     structure = graph.meta.get("tf_output_structure")
 
+    recompute = {a: b for a, b in graph.meta.get("tf_recompute", [])}
+    nodes = list(graph)
+    later = _read_later(graph, nodes, recompute)
+
+    def run(xs):
+        if not recompute:
+            return Emitter(graph).run(xs)
+        e = Emitter(graph)
+        for v, x in zip(graph.inputs, xs):
+            e.env[id(v)] = (x, False)
+        i = 0
+        while i < len(nodes):
+            if i in recompute:
+                _emit_recomputed(e, nodes[i:recompute[i] + 1], later[i])
+                i = recompute[i] + 1
+            else:
+                e.emit(nodes[i])
+                i += 1
+        return [tfm.identity(e.std(v)) for v in graph.outputs]
+
     def step(*args):
         xs = list(tfm.nest.flatten(args)) + [tfm.convert_to_tensor(v) for v in reads]
-        outs = Emitter(graph).run(xs)
+        outs = run(xs)
         for i, var in assigns:
             var.assign(outs[i])
         return pack_outputs(structure, outs[:n_model])
 
     return tfm.function(step, input_signature=input_signature(graph), autograph=False, reduce_retracing=True,
                         jit_compile=jit_compile or None)
+
+
+def _read_later(graph: Graph, nodes: list, recompute: dict) -> dict:
+    """For each recomputed range's first node index: ids of the values read after the range or returned."""
+    out = {}
+    returned = {id(v) for v in graph.outputs}
+    for a, b in recompute.items():
+        after = {id(v) for n in nodes[b + 1:] for v in n.inputs if v is not None}
+        out[a] = after | returned
+    return out
+
+
+# set by TFPlugin.optimize for a mode='train' call with memory_budget=: (bytes, example batch)
+MEMORY_BUDGET: contextvars.ContextVar = contextvars.ContextVar("aiacc_tf_memory_budget", default=None)
 
 
 def export_training(graph: Graph, original: Any) -> Any:
@@ -61,6 +95,12 @@ def export_training(graph: Graph, original: Any) -> Any:
         raise UnsupportedError(f"graph {graph.name}: a training-mode graph exports onto the original model's "
                                f"variables; pass original=")
     variables = model_variables(original)
+    plan = None
+    budget = MEMORY_BUDGET.get()
+    if budget is not None:
+        lowered = lowerable_copy(graph)
+        plan = plan_memory(lowered, budget[0], budget[1])
+        graph = lowered
     step = step_function(graph, variables)
     try:  # build the TF graph now, so that a lowering problem surfaces here as an aiacc error
         step.get_concrete_function()
@@ -74,7 +114,7 @@ def export_training(graph: Graph, original: Any) -> Any:
     else:
         tfm = tf()
         cls = type("AiaccTFTrainModule", (tfm.Module,), {
-            "__call__": lambda self, *args: self._aiacc_step(*args),
+            "__call__": lambda self, *args: call_step(self._aiacc_step, *args),
             "__doc__": "A TF model optimized by aiacc for training: its variables are the original's.",
         })
         model = cls(name=module_name(graph.name))
@@ -82,6 +122,8 @@ def export_training(graph: Graph, original: Any) -> Any:
         model._aiacc_step = step
     model.aiacc_graph = Untracked(graph)
     model._aiacc_variables = Untracked(variables)
+    if plan is not None:
+        model.aiacc_memory_plan = Untracked(plan)
     return model
 
 
@@ -122,6 +164,16 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     return attach(model, choice)
 
 
+def call_step(step: Any, *args: Any) -> Any:
+    """Run the exported step: eagerly, its own tf.function (XLA-compiled where optimize chose that); while
+    a caller's tf.function is being traced (a custom train step, model.fit), its Python body inlined into
+    the caller's graph, so the caller's compiler sees one graph (a nested function's gradient under the
+    caller's jit_compile=True recompiles every step)."""
+    if not tf().executing_eagerly() and hasattr(step, "python_function"):
+        return step.python_function(*args)
+    return step(*args)
+
+
 def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
     """A keras.Model whose training calls (training=True, or not given) run the aiacc step and whose
     inference calls (training=False: predict, evaluate) run the original; it tracks the original, so its
@@ -140,8 +192,8 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
             if training is False:
                 return self.original(inputs, training=False)
             if isinstance(inputs, (list, tuple)) and not nested:  # a multi-input model: flat positional
-                return self._aiacc_step(*inputs)
-            return self._aiacc_step(inputs)
+                return call_step(self._aiacc_step, *inputs)
+            return call_step(self._aiacc_step, inputs)
 
     model = AiaccTrainModel(original, step)
     model.built = True
@@ -182,3 +234,116 @@ def run_training(model: Any, xs: list) -> list[np.ndarray]:
     finally:
         for v, a in zip(variables, saved):
             v.assign(a)
+
+
+# ------------------------------------------------------------------------------------------------
+# memory_budget: recomputation chosen on the IR, carried out by tf.recompute_grad
+# ------------------------------------------------------------------------------------------------
+def _bytes(v: Any, batch: int) -> int:
+    """Bytes of a value, symbolic dimensions taken as the example batch (the planner's estimate)."""
+    if v.shape is None or v.dtype is None:
+        return 0
+    n = 1
+    for d in v.shape:
+        n *= d if isinstance(d, int) else batch
+    return n * np.dtype(v.dtype).itemsize
+
+
+def _stateful_random(node: Any) -> bool:
+    """An op drawing from a hidden RNG state: recomputing it would draw a different mask."""
+    return "Random" in node.op and "Stateless" not in node.op
+
+
+def memory_units(graph: Graph, batch: int) -> tuple[list, list]:
+    """The training graph cut into units where exactly one data-dependent value flows from everything
+    before to everything after (values computed from variables alone, like a transposed kernel, and values
+    only returned as outputs, like BatchNorm's updated statistics, do not count): ([(first, last) node
+    index], [aiacc.core.memory_checkpoint.Unit]). A unit's saved bytes are its data-dependent outputs (what
+    its backward keeps), its cost the elements it produces; a unit with a stateful random op is not
+    checkpointable."""
+    from aiacc.core.memory_checkpoint import Unit
+
+    nodes = list(graph)
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    data = {id(v) for v in graph.inputs[:graph.meta["tf_data_inputs"]]}
+    for n in nodes:  # data-dependent values, forward
+        if any(v is not None and id(v) in data for v in n.inputs):
+            data.update(id(o) for o in n.outputs)
+    last_use: dict[int, int] = {}
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and id(v) in data:
+                last_use[id(v)] = max(last_use.get(id(v), -1), pos[id(n)])
+    live: dict[int, Any] = {}  # data-dependent values defined so far that a later node reads
+    bounds, units, start, entering = [], [], 0, 0
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
+            if id(o) in data and last_use.get(id(o), -1) > i:
+                live[id(o)] = o
+        for k in [k for k in live if last_use[k] <= i]:
+            del live[k]
+        if len(live) == 1 and i < len(nodes) - 1:
+            (cut,) = live.values()
+            bounds.append((start, i))
+            units.append((entering, cut))
+            start, entering = i + 1, _bytes(cut, batch)
+    bounds.append((start, len(nodes) - 1))
+    units.append((entering, None))
+    out = []
+    for (a, b), (inp, _) in zip(bounds, units):
+        members = nodes[a:b + 1]
+        produced = [o for m in members for o in m.outputs if id(o) in data]
+        out.append(Unit(name=f"{members[0].name}..{members[-1].name}" if b > a else members[0].name,
+                        saved=sum(_bytes(o, batch) for o in produced), input=inp,
+                        cost=float(sum(_bytes(o, batch) for o in produced)),
+                        checkpointable=a > 0 and not any(_stateful_random(m) for m in members)))
+    return bounds, out
+
+
+def plan_memory(graph: Graph, memory_budget: Any, batch: int) -> Any:
+    """The CheckpointPlan (aiacc.core.memory_checkpoint) for the lowered training graph under
+    `memory_budget` bytes of activations; MemoryBudgetError with the smallest achievable figure when none
+    fits. plan.segments index the units; graph.meta['tf_recompute'] gets the node ranges to recompute."""
+    from aiacc.core.memory_checkpoint import MemoryBudgetError, plan_checkpoints
+
+    if memory_budget is None or not isinstance(memory_budget, (int, float)) or memory_budget <= 0:
+        raise MemoryBudgetError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}", 0)
+    bounds, units = memory_units(graph, batch)
+    try:
+        plan = plan_checkpoints(units, int(memory_budget))
+    except MemoryBudgetError as e:
+        raise MemoryBudgetError(f"graph {graph.name} (TF): {e}", e.smallest) from None
+    graph.meta["tf_recompute"] = [(bounds[a][0], bounds[b][1]) for a, b in plan.segments]
+    return plan
+
+
+def _emit_recomputed(emitter: Any, nodes: list, later: set) -> None:
+    """Emit `nodes` as one function under tf.recompute_grad: its activations are recomputed in the backward
+    pass. Every value it reads from outside is an explicit argument (so gradients reach the variables
+    behind it); every value read after it (or returned) is a result."""
+    tfm = tf()
+    inside = {id(o) for n in nodes for o in n.outputs}
+    ins, seen = [], set()
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.const is None and id(v) not in inside and id(v) not in seen:
+                seen.add(id(v))
+                ins.append(v)
+    outs = [o for n in nodes for o in n.outputs if id(o) in later]
+    in_flags = [emitter.env_entry(v)[1] for v in ins]
+    out_flags: list = []
+
+    def segment(*tensors):
+        from aiacc.plugins.tf.exporter import Emitter
+
+        sub = Emitter(emitter.graph)
+        for v, t, flag in zip(ins, tensors, in_flags):
+            sub.env[id(v)] = (t, flag)
+        for n in nodes:
+            sub.emit(n)
+        out_flags[:] = [sub.env_entry(o)[1] for o in outs]
+        return [sub.env_entry(o)[0] for o in outs]
+
+    results = tfm.recompute_grad(segment)(*[emitter.env_entry(v)[0] for v in ins])
+    for o, t, flag in zip(outs, tfm.nest.flatten(results), out_flags):
+        emitter.env[id(o)] = (t, flag)

@@ -21,7 +21,8 @@ class TFPlugin(Plugin):
     rtol = 1e-4
     atol = 1e-5
     modes = ("inference", "train")
-    options = {"name": "the graph's name", "memory_budget": "mode='train' only (not implemented for TF yet)",
+    options = {"name": "the graph's name",
+               "memory_budget": "bytes of activations to keep in mode='train' (tf.recompute_grad recomputes the rest)",
                "framework_compile": "mode='train': 'auto' measures the step with and without XLA (jit_compile) "
                                     "and keeps the faster; True always compiles; False never"}
 
@@ -46,9 +47,6 @@ class TFPlugin(Plugin):
         from aiacc.plugins.tf.importer import import_model
 
         mode = self.check_mode(options.get("mode"))
-        if mode == "train" and options.get("memory_budget") is not None:
-            raise UnsupportedError("memory_budget with mode='train' is not implemented for TensorFlow yet "
-                                   "(the torch plugin plans recomputation; TF would use tf.recompute_grad)")
         return import_model(model, example_inputs, name=options.get("name"), mode=mode)
 
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
@@ -82,22 +80,31 @@ class TFPlugin(Plugin):
         from aiacc.plugins.tf.training import training_runs
 
         mode = self.check_mode(options.get("mode"))
-        if mode == "train" and options.get("memory_budget") is not None:
-            raise UnsupportedError("memory_budget with mode='train' is not implemented for TensorFlow yet "
-                                   "(the torch plugin plans recomputation; TF would use tf.recompute_grad)")
-        options.pop("memory_budget", None)
+        budget = options.pop("memory_budget", None)
+        if budget is not None and mode != "train":
+            raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
         from aiacc.plugins.train_choice import option as compile_option
 
         compile_setting = compile_option(options)
         if mode != "train":
             return super().optimize(model, example_inputs, **options)
-        with training_runs(model):
-            out = super().optimize(model, example_inputs, **options)
+        from aiacc.plugins.tf.training import MEMORY_BUDGET
+
+        xs = _as_list(example_inputs)
+        batch = int(np.shape(xs[0])[0]) if xs and np.ndim(xs[0]) else 1
+        token = MEMORY_BUDGET.set(None if budget is None else (budget, batch))
+        try:
+            with training_runs(model):
+                out = super().optimize(model, example_inputs, **options)
+        finally:
+            MEMORY_BUDGET.reset(token)
         if options.get("backend", "native") != "native":
             return out
         from aiacc.plugins.tf.training import choose_step
 
-        return choose_step(out, example_inputs, compile_setting)
+        # recomputation is planned for the step as exported: under a budget 'auto' does not try XLA
+        return choose_step(out, example_inputs, False if budget is not None and compile_setting == "auto"
+                           else compile_setting)
 
     def _run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         from aiacc.plugins.tf.training import TRAINING_RUN, run_training

@@ -131,3 +131,22 @@ def test_refusals_name_the_problem():
         aiacc.optimize(net(), x, mode="learn")
     with pytest.raises(AiaccError, match="onnxruntime"):
         aiacc.optimize(net(), x, mode="train", backend="onnxruntime")
+
+
+@pytest.mark.parametrize("setting", [False, True, "auto"])
+def test_every_step_path_ends_with_the_same_parameters(setting):
+    """aiacc's graph (static_alloc), with static_shape too, or whatever 'auto' measured fastest (Gluon's
+    own graph among them): three steps end with the original's parameters and statistics."""
+    x, y = data()
+    ref = steps(net(seed=0), 3, x, y)
+    m = net(seed=0)
+    fast = aiacc.optimize(m, x, mode="train", framework_compile=setting)
+    if setting is False:
+        assert fast.aiacc_train_path == "aiacc graph (static_alloc)"
+    elif setting is True:
+        assert fast.aiacc_train_path == "aiacc graph (static_alloc) + hybridize static_shape"
+    else:
+        assert fast.aiacc_train_path in fast.aiacc_train_choice.ms and len(fast.aiacc_train_choice.ms) == 3
+    steps(fast, 3, x, y)
+    for k, a, b in zip(m.collect_params(), ref, [p.data().asnumpy() for p in m.collect_params().values()]):
+        assert close(a, b), (k, float(np.max(np.abs(a - b))))

@@ -197,10 +197,75 @@ def test_refusals_name_the_problem():
     x, _ = data()
     with pytest.raises(AiaccError, match="unknown mode 'fit'"):
         aiacc.optimize(m, x, mode="fit")
-    with pytest.raises(AiaccError, match="memory_budget with mode='train' is not implemented for TensorFlow"):
-        aiacc.optimize(m, x, mode="train", memory_budget=1 << 20)
+    with pytest.raises(AiaccError, match="framework_compile must be"):
+        aiacc.optimize(m, x, mode="train", framework_compile="fast")
     with pytest.raises(AiaccError, match="onnxruntime"):
         aiacc.optimize(m, x, mode="train", backend="onnxruntime")
     fn = tf.function(lambda t: t * 2.0, input_signature=[tf.TensorSpec((2,), tf.float32)])
     with pytest.raises(AiaccError, match="mode='train' takes a Keras model or a tf.Module"):
         aiacc.optimize(fn, np.ones(2, np.float32), mode="train")
+
+
+def resnetish(seed=0):
+    """Conv stem + four residual Conv-BatchNorm blocks + Dense: cut points between the blocks."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((8, 8, 3))
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    for _ in range(4):
+        r = keras.layers.BatchNormalization(momentum=0.9)(keras.layers.Conv2D(8, 3, padding="same")(h))
+        h = keras.layers.Activation("relu")(h + r)
+    return keras.Model(inp, keras.layers.Dense(5)(keras.layers.Flatten()(h)))
+
+
+def test_unmeetable_memory_budget_names_the_smallest_figure():
+    from aiacc.core.memory_checkpoint import MemoryBudgetError
+
+    x, _ = data()
+    smallest = r"smallest activation memory reachable .* is [0-9.]+ MiB \(\d+ bytes"
+    with pytest.raises(MemoryBudgetError, match=smallest) as e:
+        aiacc.optimize(resnetish(), x, mode="train", memory_budget=1000)
+    assert e.value.smallest > 1000
+    # the figure it names is achievable: a budget of exactly that much is accepted
+    fast = aiacc.optimize(resnetish(), x, mode="train", memory_budget=e.value.smallest)
+    assert fast.aiacc_memory_plan.memory <= e.value.smallest
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_memory_budget_recomputes_with_tf_recompute_grad_and_steps_match(steps, monkeypatch):
+    x, y = data()
+    ref = resnetish()
+    want = train_steps(ref, steps, x, y)
+    m = resnetish()
+    baseline = aiacc.optimize(resnetish(), x, mode="train", memory_budget=1 << 40).aiacc_memory_plan.baseline
+    wrapped = []
+    real = tf.recompute_grad
+
+    def spy(f):
+        wrapped.append(f)
+        return real(f)
+    monkeypatch.setattr(tf, "recompute_grad", spy)
+    fast = aiacc.optimize(m, x, mode="train", memory_budget=baseline // 2)
+    plan = fast.aiacc_memory_plan
+    assert plan.segments and plan.memory <= baseline // 2 < plan.baseline
+    ranges = fast.aiacc_graph.meta["tf_recompute"]
+    assert len(ranges) == len(plan.segments)
+    assert fast.aiacc_train_path == "aiacc graph"  # XLA is not tried on a recomputing step
+    got = train_steps(fast, steps, x, y)
+    # every planned segment went through tf.recompute_grad when the step was traced
+    assert len(wrapped) >= len(ranges)
+    for v, a, b in zip(m.variables, want, got):
+        assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
+
+
+def test_xla_step_three_steps_match_and_choice_is_recorded():
+    x, y = data()
+    ref = cnn(seed=0)
+    want = train_steps(ref, 3, x, y)
+    m = cnn(seed=0)
+    fast = aiacc.optimize(m, x, mode="train", framework_compile=True)
+    assert fast.aiacc_train_path == "aiacc graph + XLA (jit_compile=True)"
+    got = train_steps(fast, 3, x, y)
+    for v, a, b in zip(m.variables, want, got):
+        assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
+    auto = aiacc.optimize(cnn(seed=0), x, mode="train")
+    assert set(auto.aiacc_train_choice.ms) == {"aiacc graph", "aiacc graph + XLA (jit_compile=True)"}

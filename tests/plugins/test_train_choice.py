@@ -1,0 +1,73 @@
+"""aiacc.plugins.train_choice: the measured choice between aiacc's step and the framework compiler's, on
+stand-in steps (no framework): the faster is kept only past the margin, a failing or numerically different
+alternative is left out with a warning, the settings True/False skip measuring."""
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from aiacc.errors import AiaccWarning, OptionError
+from aiacc.plugins.train_choice import attach, choose, option, same_results
+
+
+class Model:
+    def __init__(self, seconds, result=1.0, fail=False):
+        self.seconds, self.result, self.fail = seconds, result, fail
+
+
+def step_of(m):
+    def step():
+        if m.fail:
+            raise RuntimeError("compiler refused the graph")
+        time.sleep(m.seconds)
+        return [np.array(m.result)]
+    return step
+
+
+def run(base, compiled, setting="auto", more=None):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = choose("aiacc graph", lambda: compiled, step_of, base, setting, "the compiler", rounds=3,
+                     to_arrays=lambda r: r, more=more)
+    return out, [str(w.message) for w in caught if issubclass(w.category, AiaccWarning)]
+
+
+def test_a_clearly_faster_compiled_step_is_chosen_and_said():
+    base, fast = Model(0.02), Model(0.002)
+    (chosen, choice), said = run(base, fast)
+    assert chosen is fast and choice.path == "aiacc graph + the compiler"
+    assert choice.ms["aiacc graph"] > choice.ms["aiacc graph + the compiler"]
+    assert any("runs the step as aiacc graph + the compiler" in s for s in said)
+
+
+def test_a_slower_compiled_step_is_not_chosen():
+    base, slow = Model(0.002), Model(0.02)
+    (chosen, choice), said = run(base, slow)
+    assert chosen is base and "no faster" in choice.reason and not said
+
+
+def test_failing_or_different_alternatives_are_left_out_with_a_warning():
+    base = Model(0.01)
+    (chosen, choice), said = run(base, Model(0.0, fail=True), more={"other": lambda: Model(0.0, result=2.0)})
+    assert chosen is base
+    assert "compiler refused the graph" in choice.reason and "the loss differs" in choice.reason
+    assert len(said) == 2
+
+
+def test_true_and_false_do_not_measure():
+    base, fast = Model(0.0, fail=True), Model(0.0, fail=True)  # a measured step would raise
+    chosen, choice = choose("g", lambda: fast, step_of, base, False, "c")
+    assert chosen is base and choice.reason == "framework_compile=False"
+    chosen, choice = choose("g", lambda: fast, step_of, base, True, "c")
+    assert chosen is fast and choice.path == "g + c"
+
+
+def test_option_and_results_checks():
+    assert option({}) == "auto" and option({"framework_compile": False}) is False
+    with pytest.raises(OptionError, match="framework_compile must be"):
+        option({"framework_compile": "yes"})
+    assert same_results([np.ones(3)], [np.ones(3) * (1 + 1e-6)]) == ""
+    assert "gradient 0 differs" in same_results([np.ones(1), np.ones(3)], [np.ones(1), np.zeros(3)])
+    m = attach(Model(0), choose("g", lambda: None, step_of, Model(0), False, "c")[1])
+    assert m.aiacc_train_path == "g"
