@@ -101,7 +101,9 @@ fi
 
 # ---- tests ----------------------------------------------------------------------------------------------------
 t=$(( $(left) > 330 ? 170 : $(left) / 3 ))
-timeout "$t" "$PY" -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" tests/gpu \
+# addopts without --timeout: pytest-timeout may be missing where nothing could be installed
+timeout "$t" "$PY" -m pytest -q -rs -p no:cacheprovider -o addopts="--import-mode=importlib" \
+  --junitxml="$OUT/pytest_gpu.xml" tests/gpu \
   > "$OUT/pytest_gpu.txt" 2>&1
 rc=$?
 note "tests/gpu: rc=$rc ($( tail -1 "$OUT/pytest_gpu.txt" ))"
@@ -113,7 +115,9 @@ bench() {  # name, seconds, args...
   if [ "$secs" -lt 20 ]; then note "bench $name: skipped, ${secs}s left"; return; fi
   timeout "$secs" "$PY" benchmarks/gpu.py --device cuda --json "$OUT/bench_$name.json" \
     --budget-s $(( secs * 2 / 3 )) "$@" > "$OUT/bench_$name.txt" 2> "$OUT/bench_$name.log"
-  note "bench $name: rc=$? (table in bench_$name.txt, partial rows in bench_$name.json)"
+  local rc=$?
+  note "bench $name: rc=$rc (table in bench_$name.txt, partial rows in bench_$name.json)"
+  [ "$rc" = 0 ] || tail -2 "$OUT/bench_$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 }
 LIGHT=eager,aiacc,aiacc+graph,ort-cuda,aiacc-ort
 bench tf32 $(( $(left) / 3 )) --precision tf32 --candidates $LIGHT --iters 20
