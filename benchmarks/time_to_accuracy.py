@@ -91,7 +91,7 @@ def worker(out: str, target: float, max_epochs: int) -> None:
         with torch.no_grad():
             return float((model(xte).argmax(1) == yte).float().mean())
 
-    state = {name: {"wall_s": 0.0, "epochs": 0, "reached": None, "acc": []} for name in runs}
+    state = {name: {"wall_s": 0.0, "epochs": 0, "reached": None, "acc": [], "epoch_s": []} for name in runs}
     for e in range(max_epochs):
         for name, (model, net, opt) in runs.items():
             s = state[name]
@@ -101,7 +101,8 @@ def worker(out: str, target: float, max_epochs: int) -> None:
             t0 = time.perf_counter()
             epoch(e, net, opt)
             dist.barrier()  # the epoch ends when the slowest rank has finished it
-            s["wall_s"] += time.perf_counter() - t0
+            s["epoch_s"].append(time.perf_counter() - t0)
+            s["wall_s"] += s["epoch_s"][-1]
             s["epochs"] = e + 1
             s["acc"].append(accuracy(model))
             if s["acc"][-1] >= target:
@@ -154,6 +155,8 @@ def main() -> None:
         ok &= s["reached"] is not None
         print(f"{name:8} {('yes' if s['reached'] else 'NO'):>8} {s['epochs']:>7} {s['wall_s']:>8.2f} "
               f"{s['wall_s'] / max(1, s['epochs']):>8.3f}  " + " ".join(f"{a:.3f}" for a in s["acc"]))
+    for name, s in rep["state"].items():
+        print(f"{name:8} seconds per epoch: " + " ".join(f"{t:.3f}" for t in s["epoch_s"]))
     a, b = rep["state"]["aiacc"], rep["state"]["DDP"]
     if a["reached"] and b["reached"]:
         print(f"aiacc / DDP wall time to {args.target:.0%}: {a['wall_s'] / b['wall_s']:.2f} "

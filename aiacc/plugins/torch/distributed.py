@@ -49,6 +49,22 @@ def spec_from_stamps(named: Sequence[tuple[str, torch.Tensor]], stamps: dict[str
     return gradient_specs_from_params(entries, name=name, forward_s=fwd, backward_s=bwd)
 
 
+PROFILE_STEPS = 3  # steps timed before the plan is remade from their profile (the first is a warm-up)
+
+
+def median_spec(specs: Sequence[ModelSpec]) -> ModelSpec:
+    """The layer-by-layer median of the compute times of several profiles of the same model."""
+    import statistics
+
+    from aiacc.core.comm import Layer
+
+    first = specs[0]
+    return ModelSpec(first.name, tuple(
+        Layer(l.name, statistics.median(s.layers[i].forward_s for s in specs),
+              statistics.median(s.layers[i].backward_s for s in specs), l.grads)
+        for i, l in enumerate(first.layers)))
+
+
 def profile_backward(module: torch.nn.Module, loss_fn, name: str = "model") -> ModelSpec:
     """A ModelSpec with measured timing: runs one forward/backward (`loss_fn(module)` returns the loss)
     and records when each parameter's gradient is produced."""
@@ -80,9 +96,11 @@ class GradientScheduler:
     compression: "none" or "fp16" (gradients travel as float16). average: divide the sum by the world
     size. backward_passes_per_step: gradients are communicated once every that many backward passes.
     model_spec: gradient timing (e.g. from `profile_backward`). sync: what the plan is made for, "step"
-    (the optimizer's step waits for everything) or "layer" (per-layer waits, `attach_forward`). Without it, the first step runs a plan
-    made from sizes only while the hooks time the backward; the plan is then remade from that measured
-    profile (rank 0's), once.
+    (the optimizer's step waits for everything) or "layer" (per-layer waits, `attach_forward`). Without it, the first
+    PROFILE_STEPS steps run a plan made from sizes only while the hooks time the backward; the plan is
+    then remade, once, from the median profile of those steps but the first (rank 0's): the first step is
+    a warm-up (buffers allocated, first collectives), its backward several times slower than later ones,
+    and a plan made from it overlaps communication with compute that is not there.
     """
 
     def __init__(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], *, plan: str | Plan = "aiacc",
@@ -106,6 +124,7 @@ class GradientScheduler:
         self.strategy = plan if isinstance(plan, str) else None
         self.profiling = model_spec is None and self.strategy is not None
         self.stamps: dict[str, float] = {}
+        self.profiles: list[ModelSpec] = []  # one per profiled step
         self.sync = sync  # what the plan is made for: "step" (synchronize) or "layer" (attach_forward)
         self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec, sync=sync))
         self.passes = backward_passes_per_step
@@ -158,11 +177,14 @@ class GradientScheduler:
         self.executor.wait()
         self.counts = dict.fromkeys(self.counts, 0)
         self.pending = None
-        if self.profiling:  # every rank re-plans after its first step (rank 0's profile decides)
-            self.profiling = False
-            spec = spec_from_stamps(self.named, self.stamps)
-            self._install(plan_for(self.entries, self.strategy, compression=self.compression,
-                                   model_spec=spec, sync=self.sync))
+        if self.profiling:  # every rank re-plans after PROFILE_STEPS steps (rank 0's profile decides)
+            self.profiles.append(spec_from_stamps(self.named, self.stamps))
+            self.stamps = {}
+            if len(self.profiles) >= PROFILE_STEPS:
+                self.profiling = False
+                spec = median_spec(self.profiles[1:] or self.profiles)
+                self._install(plan_for(self.entries, self.strategy, compression=self.compression,
+                                       model_spec=spec, sync=self.sync))
 
     def synchronize(self) -> None:
         """Wait for every all-reduce of this step; the averaged gradients are in `.grad`."""
