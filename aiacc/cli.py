@@ -220,6 +220,9 @@ def cmd_inspect(args) -> int:
         memory = _memory_plan_doc(after if args.optimize else graph, bind)
         memory.pop("plan", None)
         doc["memory"] = memory
+        if args.optimize:  # "memory" is the optimized graph's plan; this one is the graph as read
+            doc["memory_before"] = _memory_plan_doc(graph, bind)
+            doc["memory_before"].pop("plan", None)
         print(json.dumps(doc, indent=1, default=str))
         return _unknown_ops_status(graph)
     console = _console()
@@ -247,7 +250,12 @@ def cmd_inspect(args) -> int:
             if a != b:
                 cmp.add_row(op, str(a), str(b))
         console.print(cmp)
-    _print_memory_plan(console, after if args.optimize else graph, bind)
+    if args.optimize:
+        _print_memory_plan(console, graph, bind, f"memory plan before optimization: {graph.name}")
+        _print_memory_plan(console, after, bind, f"memory plan after optimization (level {args.level}): "
+                                                 f"{after.name}")
+    else:
+        _print_memory_plan(console, graph, bind)
     return _unknown_ops_status(graph)
 
 
@@ -284,17 +292,18 @@ def _memory_plan_doc(graph, bind) -> dict:
         return {"error": str(e)}
     return {"plan": plan, "assumed": {d: 1 for d in assumed}, "arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
             "import_order_bound_bytes": plan.import_order_bound_bytes, "naive_bytes": plan.naive_bytes,
-            "peak_step": plan.peak_step, "peak_node": plan.peak_node.name if plan.peak_node else None}
+            "peak_step": plan.peak_step, "peak_node": plan.peak_node.name if plan.peak_node else None,
+            "peak_values": list(plan.peak_values)}
 
 
-def _print_memory_plan(console, graph, bind) -> None:
+def _print_memory_plan(console, graph, bind, title=None) -> None:
     from aiacc.core.memory import format_memory_plan
 
     doc = _memory_plan_doc(graph, bind)
     if "error" in doc:
-        console.print(f"memory plan: not made ({doc['error']})")
+        console.print(f"{title or 'memory plan'}: not made ({doc['error']})")
     else:
-        console.print(format_memory_plan(doc["plan"]))
+        console.print(format_memory_plan(doc["plan"], title))
         if doc["assumed"]:
             console.print("memory plan for " + ", ".join(f"{d}=1" for d in doc["assumed"]) +
                           " (give --bind SYM=INT for other sizes)")

@@ -613,12 +613,13 @@ def check_plan(plan: MemoryPlan) -> None:
                         f"in memory{why}")
 
 
-def format_memory_plan(plan: MemoryPlan):
-    """A rich Table of the plan's figures (for `aiacc inspect`)."""
+def format_memory_plan(plan: MemoryPlan, title: str | None = None):
+    """A rich Table of the plan's figures (for `aiacc inspect`): arena, lower bound, naive, the peak point
+    of the schedule and the values live there."""
     from rich.table import Table
 
     mib = 1 << 20
-    table = Table(title=f"memory plan: {plan.graph.name}")
+    table = Table(title=title or f"memory plan: {plan.graph.name}")
     table.add_column("figure")
     table.add_column("MiB", justify="right")
     table.add_column("note")
@@ -631,8 +632,12 @@ def format_memory_plan(plan: MemoryPlan):
     table.add_row("import-order bound", f"{plan.import_order_bound_bytes / mib:.2f}", "graph's own order, no in-place")
     table.add_row("naive", f"{plan.naive_bytes / mib:.2f}", f"{len(plan.allocations)} values, each its own buffer")
     if node is not None:
-        table.add_row("peak point", "", f"step {plan.peak_step}: {node.name} ({node.qualified_op}), "
-                                        f"{len(plan.peak_values)} values live")
+        sizes = {k: plan.allocations[k].nbytes for k in plan.peak_values if k in plan.allocations}
+        biggest = sorted(sizes, key=lambda k: -sizes[k])
+        shown = ", ".join(f"%{k} ({sizes[k] / mib:.2f})" for k in biggest[:8])
+        table.add_row("peak point", f"{sum(sizes.values()) / mib:.2f}",
+                      f"step {plan.peak_step}: {node.name} ({node.qualified_op}), {len(plan.peak_values)} values "
+                      f"live at peak: {shown}" + (f" and {len(biggest) - 8} more" if len(biggest) > 8 else ""))
     return table
 
 
