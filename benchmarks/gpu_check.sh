@@ -100,7 +100,7 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 
 # ---- tests ----------------------------------------------------------------------------------------------------
-t=$(( $(left) > 330 ? 170 : $(left) / 3 ))
+t=$(( $(left) / 4 > 150 ? 150 : $(left) / 4 ))
 # addopts without --timeout: pytest-timeout may be missing where nothing could be installed
 timeout "$t" "$PY" -m pytest -q -rs -p no:cacheprovider -o addopts="--import-mode=importlib" \
   --junitxml="$OUT/pytest_gpu.xml" tests/gpu \
@@ -120,9 +120,9 @@ bench() {  # name, seconds, args...
   [ "$rc" = 0 ] || tail -2 "$OUT/bench_$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 }
 LIGHT=eager,aiacc,aiacc+graph,ort-cuda,aiacc-ort
-bench tf32 $(( $(left) / 3 )) --precision tf32 --candidates $LIGHT --iters 20
-bench bf16 $(( $(left) / 3 )) --precision bf16 --candidates eager,aiacc,aiacc+graph --iters 20
-bench heavy $(( $(left) - 15 )) --precision tf32 --candidates compile,ort-trt,aiacc-trt --batch 1,8 --iters 10 \
+bench tf32 $(( $(left) * 45 / 100 )) --precision tf32 --candidates $LIGHT --iters 20
+bench bf16 $(( $(left) * 35 / 100 )) --precision bf16 --candidates eager,aiacc,aiacc+graph --iters 20
+bench heavy $(( $(left) - 15 )) --precision tf32 --candidates ort-trt,aiacc-trt,compile --batch 1,8 --iters 10 \
   --trt-cache "$OUT/trt_cache"
 rm -rf "$OUT/trt_cache"
 
