@@ -20,15 +20,18 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
 
 Each candidate runs `--block` consecutive steps per round, timed up to the end of its deferred work.
 
-Columns: median step; throughput relative to DDP 25 MB; scaling efficiency; the simulator's predicted step
-for the candidate's plan on the same measured costs (per-layer compute from profiling, the link from
-`aiacc.distributed.planning.calibrate` at 4 sizes); the lower bound of any plan on those costs; the largest
+Columns: buckets of the candidate's plan; median step; throughput relative to DDP 25 MB; scaling efficiency;
+the simulator's predicted step for the candidate's plan on the same measured costs (per-layer compute from
+profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
+interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB; the
+measured contention of compute and communication); the lower bound of any plan on those costs; the largest
 parameter difference from DDP 25 MB after the run (same data, seeds and steps: a check that each candidate
 really reduced the gradients). The 2 cores of this machine are shared with whatever else runs: numbers are
 noisy, hence interleaving and medians.
 
     python benchmarks/dp.py                 # 3 links x 2 models
     python benchmarks/dp.py --quick         # 1 Gbit/s, few steps (a smoke test)
+    python benchmarks/dp.py --loopback --models tiny --steps 2 --sweep ''   # no root: 2 ranks on loopback
     python benchmarks/dp.py --rates 100mbit --models resnet --steps 10
 """
 from __future__ import annotations
