@@ -123,3 +123,23 @@ def _arg(name, fn):
 
 _arg("ArgMax", np.argmax)
 _arg("ArgMin", np.argmin)
+
+
+def _infer_cumsum(ctx: InferContext):
+    return [ctx.type(0)]
+
+
+@op("CumSum", inputs=2, attrs={"exclusive": ("int", 0), "reverse": ("int", 0)}, infer=_infer_cumsum)
+def cumsum(x, axis, *, exclusive, reverse):
+    """Running sum along `axis` (ONNX CumSum): y[i] = x[0] + ... + x[i], summed in that order (as torch's
+    cumsum); exclusive leaves x[i] out, reverse sums from the end."""
+    a = int(np.asarray(axis).reshape(-1)[0])
+    a = a + x.ndim if a < 0 else a
+    if reverse:
+        x = np.flip(x, a)
+    y = np.cumsum(x, axis=a, dtype=x.dtype)
+    if exclusive:
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=a)), np.take(y, range(x.shape[a] - 1), axis=a)], a)
+    if reverse:
+        y = np.flip(y, a)
+    return np.ascontiguousarray(y)

@@ -334,10 +334,15 @@ def proxy_patches(tracer: "AiaccTracer"):
         return original_getattr(self, k)
 
     # functions a library marked torch.fx.wrap (torchvision's Swin helpers) are kept as calls by fx because
-    # fx cannot trace their shape checks; this tracer can (to_bool above), so it traces into them
+    # fx cannot trace their shape checks; this tracer can (to_bool above), so it traces into them, except
+    # those a converter translates whole (torchvision's stochastic_depth, whose body draws in place)
     from torch.fx import _symbolic_trace as st
+
+    from aiacc.plugins.torch.importer import has_converter
+
     wrapped_fns, wrapped_methods = dict(st._wrapped_fns_to_patch), list(st._wrapped_methods_to_patch)
     st._wrapped_fns_to_patch.clear()
+    st._wrapped_fns_to_patch.update({k: d for k, d in wrapped_fns.items() if has_converter(d.get(k[1]))})
     st._wrapped_methods_to_patch.clear()
 
     for name, original in factories.items():

@@ -544,6 +544,11 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def has_converter(fn: Any) -> bool:
+    """Whether a function (by itself or by its qualified name) has a converter in FUNCTIONS."""
+    return callable(fn) and (FUNCTIONS.get(fn) is not None or FUNCTIONS.get(_qualified_name(fn)) is not None)
+
+
 def _qualified_name(fn: Any) -> str | None:
     """'module.qualname' of a function ('torchvision.ops.stochastic_depth.stochastic_depth')."""
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -186,3 +187,100 @@ class _Roll(nn.Module):
 
 def test_roll():
     _check(_Roll(), (torch.randn(2, 5, 6, 3),), (torch.randn(2, 5, 6, 3),))
+
+
+class _FloatCumsum(nn.Module):
+    def forward(self, x):  # EdgeNeXt's positional encoding: running sums of a mask along H and W
+        return torch.cumsum(x, dim=1) + x.cumsum(-1, dtype=torch.float64).float()
+
+
+def test_float_cumsum_is_the_irs_cumsum():
+    x = torch.randn(2, 7, 5)
+    graph = aiacc.trace(_FloatCumsum(), (x,))
+    assert [n.op for n in graph].count("CumSum") == 2
+    _check(_FloatCumsum(), (x,), (torch.randn(2, 7, 5),))
+
+
+EINSUMS = [("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+           ("ij->ji", [(3, 4)]), ("ijk->", [(2, 3, 4)]), ("bi,bi->b", [(3, 5), (3, 5)]),
+           ("i,j->ij", [(3,), (4,)]), ("ij,jk", [(3, 4), (4, 5)]), ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+           ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("bnhwk,nhk->bnhw", [(2, 3, 4, 4, 5), (3, 4, 5)]),
+           ("bxyd,zd->bxyz", [(2, 3, 3, 4), (6, 4)])]
+
+
+class _Einsum(nn.Module):
+    def __init__(self, eq):
+        super().__init__()
+        self.eq = eq
+
+    def forward(self, *xs):
+        return torch.einsum(self.eq, *xs) * 2
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_static_einsum_becomes_matmuls(eq, shapes):
+    def feed():
+        return tuple(torch.randn(*s) for s in shapes)
+    graph = aiacc.trace(_Einsum(eq), feed())
+    assert "MatMul" in [n.op for n in graph] or len(shapes) == 1
+    _check(_Einsum(eq), feed(), feed())
+
+
+def test_einsum_with_a_diagonal_stays_opaque_and_correct():
+    x = torch.randn(4, 4)
+    assert _opaque(aiacc.trace(_Einsum("ii->i"), (x,))) != []
+    fast = aiacc.optimize(_Einsum("ii->i"), (x,))
+    y = torch.randn(4, 4)
+    assert torch.allclose(fast(y), _Einsum("ii->i")(y))
+
+
+def _stochastic_depth_net(mode):
+    from tests.reach._models import torchvision
+
+    ops = torchvision().ops
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 1)
+            self.sd = ops.StochasticDepth(0.4, mode)
+
+        def forward(self, x):
+            return x + self.sd(self.conv(x))
+    return Net()
+
+
+@pytest.mark.parametrize("mode", ["row", "batch"])
+def test_stochastic_depth_in_training_draws_torchs_mask(mode):
+    """In train mode stochastic_depth is Dropout on a ones mask (one draw per sample or per batch) times x:
+    with the same torch seed the exported model draws exactly torchvision's mask; in eval it is gone."""
+    model = _stochastic_depth_net(mode).train()
+    x = torch.randn(8, 3, 4, 4)
+    graph = aiacc.trace(model, (x,), mode="train")
+    assert _opaque(graph) == [] and "Dropout" in [n.op for n in graph]
+    exported = aiacc.export(graph, "torch")
+    fresh = torch.randn(8, 3, 4, 4)
+    outs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        expected = model(fresh)
+        torch.manual_seed(seed)
+        outs.append(exported(fresh))
+        assert torch.equal(outs[-1], expected)
+    assert not torch.equal(outs[0], outs[1]) or mode == "batch"  # a fresh mask on every call
+    model.eval()
+    graph = aiacc.trace(model, (x,))
+    assert _opaque(graph) == [] and "Dropout" not in [n.op for n in graph]
+    _check(model, (x,), (fresh,))
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_kernel_follows_onnx(exclusive, reverse):
+    from aiacc.core.ops.reduce import cumsum
+
+    x = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+    y = cumsum(x, np.int64(1), exclusive=exclusive, reverse=reverse)
+    t = torch.from_numpy(x).flip(1) if reverse else torch.from_numpy(x)
+    want = t.cumsum(1) - (t if exclusive else 0)
+    want = want.flip(1) if reverse else want
+    assert np.array_equal(y, want.numpy())

@@ -186,3 +186,19 @@ LOWERINGS.add("ReduceMean", _reduce(torch.mean))
 LOWERINGS.add("ReduceSum", _reduce(torch.sum))
 LOWERINGS.add("ReduceMax", _reduce(torch.amax))
 LOWERINGS.add("ReduceMin", _reduce(torch.amin))
+
+
+@LOWERINGS.register("CumSum")
+def _cumsum(b, n):
+    axes = n.ints(1)
+    if not axes or len(axes) != 1:
+        raise UnsupportedError(f"node {n.name}: CumSum with a non-constant axis")
+    x = n.arg(0)
+    if n.attr("reverse", 0):
+        x = b.call(torch.flip, x, (axes[0],))
+    y = b.call(torch.cumsum, x, axes[0])
+    if n.attr("exclusive", 0):
+        y = b.call(operator.sub, y, x)  # the running sum without x[i]
+    if n.attr("reverse", 0):
+        y = b.call(torch.flip, y, (axes[0],))
+    return y

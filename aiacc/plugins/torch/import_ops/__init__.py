@@ -9,9 +9,10 @@ fills them; the importer never imports its tables (the plugin does, see translat
   elementwise  arithmetic, activations, comparisons and logic, max / min
   attention    scaled dot-product attention, MultiheadAttention, Transformer encoder layers (fx leaves)
   indexing     tensor indexing, gather, cumsum, roll, torchvision's stochastic_depth
+  einsum       torch.einsum on static shapes (MatMul / Transpose / Reshape / ReduceSum)
   aten         aten OpOverloads (torch.export programs) whose arguments differ from the torch function
 """
 from aiacc.plugins.torch.import_ops import (common, nn, shape, reduce, elementwise, attention,  # noqa: F401
-                                             indexing, aten)
+                                             indexing, einsum, aten)
 
-__all__ = ["common", "nn", "shape", "reduce", "elementwise", "attention", "indexing", "aten"]
+__all__ = ["common", "nn", "shape", "reduce", "elementwise", "attention", "indexing", "einsum", "aten"]

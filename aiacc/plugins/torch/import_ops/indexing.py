@@ -102,16 +102,21 @@ def _gather(imp, x, dim, index, *, sparse_grad=False, out=None):
 @FUNCTIONS.register(torch.cumsum)
 @METHODS.register("cumsum")
 def _cumsum(imp, x, dim, *, dtype=None, out=None):
-    """Cumulative sum along `dim` as a masked sum: y[..., i] = sum_j x[..., j] * (j <= i) (static length).
-    Integers only (position ids from an attention mask): exact there, while for floats it would sum in
-    another order than torch's running sum, so a float cumsum stays opaque."""
+    """Cumulative sum along `dim`. Integers (position ids from an attention mask) as a masked sum:
+    y[..., i] = sum_j x[..., j] * (j <= i) (static length), exact and what every exporter has; floats as
+    the IR's CumSum, whose running sum adds in torch's order (a masked sum would not)."""
     if out is not None:
         raise Untranslatable("out= argument")
     x = tensor(x)
-    if x.dtype is None or np.dtype(x.dtype).kind not in "biu" or (dtype is not None and dtype.is_floating_point):
-        raise Untranslatable("cumsum of floats (a masked sum would change the summation order)")
+    if x.dtype is None:
+        raise Untranslatable("cumsum of a tensor of unknown dtype")
     r = rank(x)
     axis = norm_axis(dim, r)
+    if np.dtype(x.dtype).kind == "f" or (dtype is not None and dtype.is_floating_point):
+        # floats: the IR's CumSum (ONNX's), a running sum in torch's order
+        if dtype is not None and str(dtype).replace("torch.", "") != x.dtype:
+            x = imp.op("Cast", x, to=str(dtype).replace("torch.", ""))
+        return imp.op("CumSum", x, imp.const(np.asarray(axis, np.int64)))
     n = imp.shape_of(x)[axis]
     if dtype is not None:
         x = imp.op("Cast", x, to=str(dtype).replace("torch.", ""))
@@ -130,11 +135,26 @@ def _cumsum(imp, x, dim, *, dtype=None, out=None):
 
 @FUNCTIONS.register("torchvision.ops.stochastic_depth.stochastic_depth")
 def _stochastic_depth(imp, x, p, mode, training=True):
-    """torchvision.ops.stochastic_depth: the identity in eval mode (or p == 0); a random mask in training."""
+    """torchvision.ops.stochastic_depth: the identity in eval mode (or p == 0). In training, x times a
+    Bernoulli(1 - p) mask over the batch ("row": one draw per sample) or the whole tensor ("batch": one
+    draw), divided by 1 - p: that is Dropout(ones(mask shape), p) in training mode, which the exporter
+    lowers to F.dropout, so the mask comes from torch's generator with the same draws torchvision makes
+    (empty(size).bernoulli_(1 - p) / (1 - p))."""
     x = tensor(x)
-    if not training or p == 0.0:
-        return imp.op("Identity", x)
-    raise Untranslatable("stochastic_depth in training draws a random mask")
+    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise Untranslatable(f"stochastic_depth with p={p!r}")
+    if mode not in ("batch", "row"):
+        raise Untranslatable(f"stochastic_depth mode {mode!r}")
+    if not training or p == 0.0 or not imp.training:
+        return imp.op("Identity", x)  # as Dropout: an inference trace computes the eval-mode function
+    r = rank(x)
+    n = imp.shape_of(x)[0] if r else 1
+    if mode == "row" and not isinstance(n, (int, np.integer)):
+        raise Untranslatable("stochastic_depth in training on a dynamic batch size")
+    size = ([int(n)] + [1] * (r - 1)) if mode == "row" else [1] * r
+    ones = imp.const(np.ones(size, dtype=np.dtype(x.dtype or "float32")))
+    noise = imp.op("Dropout", ones, imp.const(np.float32(p)), imp.const(np.bool_(True)))
+    return imp.op("Mul", x, noise)
 
 
 
