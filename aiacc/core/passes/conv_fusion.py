@@ -43,6 +43,34 @@ conv_add_bias = Rule("conv_add_bias", Op("Add", _CONV, Const("c"), name="add"), 
                      doc="Conv(x, w, b) + per-channel constant c is Conv(x, w, b + c).")
 
 
+# -- Conv + Add(Unsqueeze(1-D value)) -> Conv with that value as its bias --------------------------------
+def _check_value_bias(m):
+    out, v = m.node("conv").output, m["v"]
+    if m["b"] is not None:
+        return "the conv has a bias already"
+    if out.shape is None or len(out.shape) != 4 or m["w"].shape is None or not isinstance(m["w"].shape[0], int):
+        return "the conv is not 2-D with a known number of output channels"
+    mch = m["w"].shape[0]
+    if v.shape is None or tuple(v.shape) != (mch,) or v.dtype != out.dtype:
+        return f"%{v.name} is not a {mch}-element {out.dtype} vector"
+    if m["bias"].shape is None or tuple(m["bias"].shape) not in ((mch, 1, 1), (1, mch, 1, 1)):
+        return "the added value does not broadcast as one number per output channel"
+
+
+def _rewrite_value_bias(m, b):
+    conv = m.node("conv")
+    return b.node("Conv", [m["x"], m["w"], m["v"]], dict(conv.attrs), name=conv.name).output
+
+
+conv_add_value_bias = Rule(
+    "conv_add_value_bias",
+    Op("Add", Op("Conv", Var("x"), Var("w"), Opt("b"), name="conv"),
+       Op("Unsqueeze", Var("v"), Var("axes"), name="bias", shared=True), name="add"),
+    _rewrite_value_bias, _check_value_bias,
+    doc="Conv(x, w) + Unsqueeze(v) with v one value per output channel (a trained bias, a graph input: not a "
+        "constant) is Conv(x, w, v), so training graphs keep the conv bias fusion.")
+
+
 # -- Conv + residual Add -> FusedConv(x, w, b, residual) ----------------------------------------------
 def _check_residual(m):
     out, r = m.node("conv").output, m["r"]
@@ -86,10 +114,11 @@ conv_activation = Rule(
         *_ACT_INPUTS, name="act")],
     _rewrite_act, _check_act, doc="act(Conv(...)) and act(FusedConv(...) without activation) are FusedConv(act).")
 
-RULES = RuleSet([conv_add_bias, conv_residual, conv_activation])
+RULES = RuleSet([conv_add_bias, conv_add_value_bias, conv_residual, conv_activation])
 
 register_pass(RewritePass("conv_fusion", RULES, level=2, doc="""
-Fuse a Conv with what follows it: a per-channel constant Add becomes its bias; an Add of a same-shaped
+Fuse a Conv with what follows it: a per-channel constant Add becomes its bias, and so does the Add of a
+per-channel vector that is not a constant (Unsqueeze of a trained bias, in training graphs); an Add of a same-shaped
 value becomes aiacc::FusedConv's residual input; a following activation (Relu, LeakyRelu, Elu, Sigmoid,
 Tanh, HardSigmoid, HardSwish, Clip with constant bounds, Gelu) becomes its `activation` attribute.
 FusedConv computes act(Conv(x, w, b) + residual).

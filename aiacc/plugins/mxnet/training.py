@@ -21,6 +21,13 @@ from aiacc.errors import UnsupportedError
 from aiacc.plugins.mxnet._import import import_mxnet
 
 
+# why memory_budget is refused: what MXNet 1.9 has for recomputation does not reach a Gluon block's training
+NO_RECOMPUTE = ("memory_budget with mode='train' is not implemented for MXNet: MXNet 1.9 recomputes activations "
+                "only in the symbolic executor's backward (MXNET_BACKWARD_DO_MIRROR, the __force_mirroring__ "
+                "attribute), not in the CachedOp that trains a Gluon HybridBlock or SymbolBlock; torch and TF "
+                "(tf.recompute_grad) plan recomputation under a budget")
+
+
 def trace_training(model: Any, example_inputs: Any, name: str | None = None) -> Graph:
     """A Gluon HybridBlock as a training-mode IR graph: data inputs first, then one input per Parameter."""
     from aiacc.plugins.mxnet.importer import import_symbol

@@ -209,8 +209,9 @@ class MXNetPlugin(Plugin):
         "training"): a HybridBlock in training semantics, its Parameters as graph inputs."""
         if self.check_mode(mode) == "train":
             if options.get("memory_budget") is not None:
-                raise UnsupportedError("memory_budget with mode='train' is not implemented for MXNet (it has no "
-                                       "recomputation mechanism aiacc drives; the torch plugin plans one)")
+                from aiacc.plugins.mxnet.training import NO_RECOMPUTE
+
+                raise UnsupportedError(NO_RECOMPUTE)
             from aiacc.plugins.mxnet.training import trace_training
 
             return trace_training(model, example_inputs, options.get("name"))
@@ -263,8 +264,9 @@ class MXNetPlugin(Plugin):
         forward under autograd.record on both blocks, the Parameters restored after each)."""
         mode = self.check_mode(options.get("mode"))
         if mode == "train" and options.get("memory_budget") is not None:
-            raise UnsupportedError("memory_budget with mode='train' is not implemented for MXNet (it has no "
-                                   "recomputation mechanism aiacc drives; the torch plugin plans one)")
+            from aiacc.plugins.mxnet.training import NO_RECOMPUTE
+
+            raise UnsupportedError(NO_RECOMPUTE)
         options.pop("memory_budget", None)
         from aiacc.plugins.train_choice import option as compile_option
 

@@ -269,3 +269,22 @@ def test_xla_step_three_steps_match_and_choice_is_recorded():
         assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
     auto = aiacc.optimize(cnn(seed=0), x, mode="train")
     assert set(auto.aiacc_train_choice.ms) == {"aiacc graph", "aiacc graph + XLA (jit_compile=True)"}
+
+
+def test_conv_bias_and_activation_fusion_is_kept_in_training():
+    """A Keras Conv2D's bias is a trained variable (not a constant) in training: it still becomes the conv's
+    bias input and the ReLU its activation (aiacc::FusedConv), with the gradients of the original."""
+    m = cnn()
+    x, _ = data()
+    fast = aiacc.optimize(m, x, mode="train", framework_compile=False)
+    graph = fast.aiacc_graph.unwrap()
+    fused = [n for n in graph if n.qualified_op == "aiacc::FusedConv"]
+    assert fused and fused[0].attr("activation") == "Relu"
+    bias = fused[0].inputs[2]
+    assert bias is not None and bias.const is None  # the bias variable's value, not a folded constant
+    assert fast.aiacc_report["conv_fusion"].fused >= 1
+    with tf.GradientTape(persistent=True) as tape:
+        ref = tf.reduce_sum(m(x, training=True) ** 2)
+        got = tf.reduce_sum(fast(x, training=True) ** 2)
+    for a, b in zip(tape.gradient(ref, m.trainable_variables), tape.gradient(got, m.trainable_variables)):
+        assert close(a.numpy(), b.numpy(), 1e-4)
