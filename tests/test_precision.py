@@ -156,7 +156,11 @@ def test_torch_bf16_and_fp16():
         out = b(x)
         assert out.dtype == torch.float32  # float32 at the boundary
         assert _rel(out.numpy(), m(x).numpy()) < 0.05
-    assert any(p.dtype == torch.bfloat16 for p in b.parameters())
+    from aiacc.plugins.torch.precision import AutocastModule, CastModule
+
+    assert isinstance(b, AutocastModule) and b.dtype == torch.bfloat16
+    h = aiacc.optimize(m, x, precision="fp16")  # torch native fp16: the weights cast
+    assert isinstance(h, CastModule) and any(p.dtype == torch.float16 for p in h.parameters())
     h = aiacc.optimize(m, x, precision="fp16", backend="onnxruntime")
     with torch.no_grad():
         assert _rel(h(x).numpy(), m(x).numpy()) < 0.01

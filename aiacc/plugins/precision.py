@@ -10,8 +10,9 @@ is the int8 path of all four frameworks: none of aiacc's native exports (torch f
 int8 kernel to lower to, so backend="native" with int8 runs on onnxruntime too, with an AiaccWarning saying
 so (and the report's `backend` says "onnxruntime").
 
-bf16 / fp16: torch native casts the weights (bf16: faster where the CPU has AVX-512 BF16 / AMX; measured
-in benchmarks/precision.py), inputs and outputs stay float32 at the boundary. onnxruntime: fp16 (the
+bf16 / fp16: torch native runs aiacc's float32 export under torch.autocast (bf16, measured faster than
+casting the weights: aiacc/plugins/torch/precision.py) or with its weights cast (fp16), inputs and outputs
+float32 at the boundary; bf16 pays off only where the CPU has AVX-512 BF16 / AMX. onnxruntime: fp16 (the
 graph in float16, casts at the boundary); bf16 has no CPU kernels in onnxruntime (an UnsupportedError
 says so). TF, MXNet and Caffe native exports have no reduced-float path here (an UnsupportedError names
 what works instead).
