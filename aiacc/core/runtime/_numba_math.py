@@ -8,6 +8,8 @@ aiacc.core.runtime.numba_kernels for float32 programs.
 """
 from __future__ import annotations
 
+import math
+
 import numba
 from llvmlite import ir
 from numba.core import types
@@ -50,13 +52,13 @@ def exp32(x):
     x = numba.float32(x)
     xc = _LO if x < _LO else x  # selects, not min/max (numba's handle nan with branches)
     xc = _HI if xc > _HI else xc
-    # floor(t + 0.5) through an int32 truncation of a positive number (AVX2 converts int32 lanes only)
-    k = numba.int32(xc * _LOG2E + _HALF + numba.float32(127.0)) - numba.int32(127)
-    n = numba.float32(k)
+    # floor(t + 0.5) through an int32 truncation of a positive number; integer steps stay in float32 or
+    # int32 (numba widens int32 arithmetic to int64, which AVX2 cannot convert lane-wise)
+    n = numba.float32(numba.int32(xc * _LOG2E + _HALF + numba.float32(127.0))) - numba.float32(127.0)
     r = xc - n * _C1 - n * _C2
     p = ((((_P0 * r + _P1) * r + _P2) * r + _P3) * r + _P4) * r + _P5
-    h = k >> 1  # 2^n as 2^h * 2^(n-h): n spans [-126, 128], one factor alone would leave the normal range
-    y = (p * r * r + r + _ONE) * _pow2(h) * _pow2(k - h)
+    h = math.floor(n * _HALF)  # 2^n as 2^h * 2^(n-h): n spans [-126, 128], one factor would leave the range
+    y = (p * r * r + r + _ONE) * _pow2(numba.int32(h)) * _pow2(numba.int32(n - h))
     y = _INF if x > _HI else y
     y = _ZERO if x < _LO else y
     return x if x != x else y
