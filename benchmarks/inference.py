@@ -22,6 +22,9 @@ so drift hits all alike), and the table gives median latencies and ratios agains
     aiacc ort    aiacc.optimize(model, backend="onnxruntime")
 
 Every candidate's outputs are also compared with the original's (max relative error, printed).
+
+    .venv/bin/python benchmarks/inference.py elementwise [--models ...]   # level 3 vs level 2 vs torch.compile
+                                                                          # on elementwise-heavy nets
 """
 from __future__ import annotations
 
@@ -208,6 +211,13 @@ def table(rows: list[Row], backends):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["elementwise"]:  # the level-3 elementwise rows (benchmarks/elementwise.py, its options)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import elementwise
+
+        sys.argv = ["elementwise.py", *argv[1:]]
+        return elementwise.main()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     p.add_argument("--models", default=",".join(zoo.MODELS))

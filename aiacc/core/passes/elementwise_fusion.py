@@ -133,8 +133,9 @@ RULE = Rule("fuse_elementwise", Op(FUSIBLE_OPS, Opt(), Opt(), Opt(), name="root"
 register_pass(RewritePass("elementwise_fusion", [RULE], level=3, modes=("inference",), doc="""
 Fuse each maximal tree (or DAG) of elementwise ops (arithmetic, activations, Clip, Max/Min...) whose inner
 values nothing else reads into one aiacc::FusedElementwise node carrying the expression as a program
-attribute; aiacc.core.runtime.numba_kernels compiles the program into one numba ufunc, a single pass over
-memory.
+attribute; aiacc.core.runtime.numba_kernels compiles the program into one numba loop, a single pass over
+memory (the torch export calls it as torch.ops.aiacc.fused_elementwise where it measured faster than the
+program's torch ops, see aiacc/plugins/torch/numba_op.py).
 
 Assumes: every op of the group is float32/float64 in and out with one dtype; inner values are read only
 inside the group.

@@ -101,9 +101,9 @@ SCALAR_OPS: dict[str, Callable[[list[str], dict], str]] = {
 }
 
 # From this many output elements on a call runs the prange variant. Measured on the 2-core machine
-# (benchmarks/elementwise.py --kernels, a loaded machine): a workqueue launch costs ~30 us and the parallel
-# kernel only beat the serial one (itself SIMD-vectorized) from ~1-2M float32 elements on.
-PARALLEL_MIN_ELEMENTS = int(os.environ.get("AIACC_NUMBA_PARALLEL_MIN", str(1 << 20)))
+# (benchmarks/elementwise.py --kernels, workqueue layer): at 10k elements the serial (SIMD) kernel wins
+# (mul+add+relu 3.2 vs 5.4 us), at 100k the parallel one (16 vs 19 us; SiLU 192 vs 396 us).
+PARALLEL_MIN_ELEMENTS = int(os.environ.get("AIACC_NUMBA_PARALLEL_MIN", "65536"))
 # numba's threading layer: unless the user picked one (NUMBA_THREADING_LAYER), the workqueue layer. The
 # OpenMP layer is a second OpenMP runtime next to torch's: on 2 cores its spinning threads and torch's
 # made a parallel launch take 4-8 ms instead of ~30 us. workqueue must not be entered from two threads at
