@@ -72,6 +72,7 @@ class Plugin:
     atol = 1e-5
     modes: tuple[str, ...] = ("inference",)  # the optimize modes the plugin has ("train" where it trains)
     options: dict[str, str] = {}  # the plugin's own optimize options beyond OPTIONS: name -> what it is for
+    checks_batch = False  # verify also runs both models at another batch size (`with_batch`, `guard_batch`)
 
     def known_options(self) -> dict[str, str]:
         """Every option this plugin's optimize takes: OPTIONS and the plugin's own, name -> what it is for."""
@@ -206,7 +207,48 @@ class Plugin:
             if problem:
                 culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
+            if self.checks_batch and report is not None:
+                report.interface = self._check_batch(model, out, example_inputs)
         return out, report
+
+    # ------------------------------------------------------------------------------------------ interfaces
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example inputs with `n` rows in their first dimension (rows repeated, float rows perturbed so
+        they differ), or None when the inputs have no common first dimension."""
+        return None
+
+    def guard_batch(self, model: Any, batch: int, why: str) -> bool:
+        """Make the optimized `model` refuse inputs whose first dimension is not `batch` (a ShapeError naming
+        `why`); False where the plugin cannot."""
+        return False
+
+    def _check_batch(self, model: Any, out: Any, example_inputs: Any) -> list[str]:
+        """Run the original and the optimized model at another batch size: the report's `interface` lines.
+        A result that differs there gets a guard (guard_batch) or is refused (VerificationError)."""
+        batch = _first_dim(example_inputs)
+        if batch is None:
+            return []
+        n = batch + 4 if batch < 4 else batch + 1
+        bigger = self.with_batch(example_inputs, n)
+        if bigger is None:
+            return []
+        try:
+            expected = self.run(model, bigger)
+        except Exception as e:  # noqa: BLE001 - the original itself takes only its example's batch size
+            return [f"batch: traced at {batch}; the original does not run at batch {n} either "
+                    f"({type(e).__name__}), so other sizes were not checked"]
+        try:
+            problem = compare_outputs(expected, self.run(out, bigger), self.rtol, self.atol)
+        except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
+            problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if not problem:
+            return [f"batch: traced at {batch}, runs at other sizes (checked at batch {n}: same outputs)"]
+        why = f"the optimized model was specialized to batch {batch} (at batch {n}: {problem})"
+        if not self.guard_batch(out, batch, why):
+            raise VerificationError(f"aiacc.optimize ({self.name}): {why}, and the {self.title} plugin cannot "
+                                    f"make it refuse other sizes")
+        return [f"batch: specialized to {batch} (at batch {n}: {problem}); calling it with another batch size "
+                f"is a ShapeError"]
 
     def _find_culprit(self, model: Any, example_inputs: Any, level: int, passes: Any, disable: Any,
                       options: dict) -> str:
@@ -254,6 +296,23 @@ class Plugin:
         """Optimize a model file of this framework and write the result at `out` (`files.optimize_file`;
         options: level, passes, disable, debug, verify and the framework's own)."""
         return self.files().optimize_file(path, out, **options)
+
+
+def _first_dim(inputs: Any) -> int | None:
+    """The first dimension every array-like leaf of `inputs` shares, or None (no arrays, scalars, disagree)."""
+    dims = set()
+
+    def walk(x):
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif hasattr(x, "shape") and len(getattr(x, "shape")) > 0:
+            dims.add(int(x.shape[0]))
+    walk(inputs)
+    return dims.pop() if len(dims) == 1 else None
 
 
 def to_numpy_list(out: Any) -> list[np.ndarray]:

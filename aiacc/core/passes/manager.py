@@ -284,6 +284,7 @@ class PassReport:
     ops_after: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # pass name -> why this mode leaves it out
     fallbacks: list[str] = field(default_factory=list)  # what optimize did less than asked, and why (warned)
+    interface: list[str] = field(default_factory=list)  # what optimize checked of the inputs' sizes (batch)
 
     def __getitem__(self, name: str) -> PassRecord:
         """The (first) record of the pass called `name`."""
@@ -320,6 +321,7 @@ class PassReport:
             "passes": [r.as_dict() for r in self.records],
             **({"skipped": dict(self.skipped)} if self.skipped else {}),
             **({"fallbacks": list(self.fallbacks)} if self.fallbacks else {}),
+            **({"interface": list(self.interface)} if self.interface else {}),
         }
 
     def table(self):
@@ -346,6 +348,8 @@ class PassReport:
                 + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
         if self.fallbacks:
             t.caption = ((t.caption + "\n") if t.caption else "") + "fallbacks: " + "; ".join(self.fallbacks)
+        if self.interface:
+            t.caption = ((t.caption + "\n") if t.caption else "") + "interface: " + "; ".join(self.interface)
         return t
 
     def __str__(self) -> str:
