@@ -123,3 +123,24 @@ def test_channels_last_choice_keeps_the_results():
     xs = x.contiguous(memory_format=torch.channels_last) if converted else x
     with torch.no_grad():
         torch.testing.assert_close(chosen(xs), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_verification_runs_without_tf32_and_restores_the_flags():
+    """The torch plugin's run (what optimize verifies with) turns TF32 off for the call and restores it."""
+    from aiacc.plugins.torch.translator import PLUGIN
+
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            return x * 2
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        out = PLUGIN.run(Probe(), (torch.ones(2),))
+        assert seen == [(False, False)] and out[0].tolist() == [2.0, 2.0]
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -16,6 +16,7 @@ F.scaled_dot_product_attention, which picks flash or memory-efficient attention 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import time
@@ -30,6 +31,19 @@ from torch.utils import _pytree as pytree
 from aiacc.core.ops import get_schema
 from aiacc.core.ops.fused import parse_program
 from aiacc.errors import UnsupportedError
+
+
+@contextlib.contextmanager
+def exact_fp32():
+    """TensorFloat-32 off for matmuls and cuDNN convolutions inside (restored after): verification compares
+    the original and the optimized model in full float32, where TF32 alone (10-bit mantissas, on by default
+    for cuDNN) would differ by more than the tolerance however equal the two models are."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _cuda_floats(xs) -> bool:
