@@ -44,6 +44,42 @@ class TorchPlugin(Plugin):
                "framework_compile": "mode='train': 'auto' measures the step with and without torch.compile and "
                                     "keeps the faster; True always compiles; False never"}
 
+    checks_batch = True
+
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example tensors with `n` rows (repeated; float rows perturbed by 1% noise so rows differ)."""
+        import torch
+        from torch.utils import _pytree as pytree
+
+        gen = torch.Generator().manual_seed(0)
+
+        def grow(t):
+            if not isinstance(t, torch.Tensor) or t.dim() == 0:
+                return t
+            reps = -(-n // t.shape[0])
+            big = t.repeat(reps, *([1] * (t.dim() - 1)))[:n].clone()
+            if big.is_floating_point():
+                big = big + 0.01 * torch.randn(big.shape, generator=gen, dtype=big.dtype).to(big.device)
+            return big
+        return pytree.tree_map(grow, example_inputs)
+
+    def guard_batch(self, model: Any, batch: int, why: str) -> bool:
+        """A forward pre-hook refusing tensors whose first dimension is not `batch` (ShapeError)."""
+        import torch
+        from torch.utils import _pytree as pytree
+
+        from aiacc.errors import ShapeError
+
+        def check(module, args, kwargs):
+            for t in pytree.tree_leaves((args, kwargs)):
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] != batch:
+                    raise ShapeError(f"{type(module).__name__}: input of shape {list(t.shape)}: {why}; "
+                                     f"call it with batch {batch} or optimize it with an example of this size")
+        if not hasattr(model, "register_forward_pre_hook"):
+            return False
+        model.register_forward_pre_hook(check, with_kwargs=True)
+        return True
+
     def detect(self, model: Any) -> bool:
         torch = sys.modules.get("torch")
         return torch is not None and isinstance(model, torch.nn.Module)
