@@ -41,13 +41,20 @@ def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any
 
     if example_inputs is None:
         if setting is True:
-            return attach(torch.compile(module), TrainChoice("aiacc graph + torch.compile",
+            return attach(_compiled(module), TrainChoice("aiacc graph + torch.compile",
                                                              reason="framework_compile=True"))
         return attach(module, TrainChoice("aiacc graph", reason="no example inputs to measure on"))
     args, kwargs = normalize_inputs(module, example_inputs)
-    chosen, choice = choose("aiacc graph", lambda: torch.compile(module), lambda m: _step_of(m, args, kwargs),
+    chosen, choice = choose("aiacc graph", lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
                             module, setting, "torch.compile", to_arrays=_arrays)
     return attach(chosen, choice)
+
+
+def _compiled(module: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile of the module, with inductor drawing random numbers as eager torch does
+    (fallback_random): dropout masks stay the framework's, so the compiled step can be checked against
+    aiacc's own and trains the same way."""
+    return torch.compile(module, options={"fallback_random": True})
 
 
 def _arrays(result: Any) -> list:
