@@ -182,7 +182,7 @@ def _depthwise(x, w, out, kernel, strides, dilations, pads) -> None:
 
 
 @INTO_KERNELS.register("Conv")
-def _conv(node: Node, args: list, out: np.ndarray) -> bool:
+def _conv(node: Node, args: list, out: np.ndarray, tile: int | None = None) -> bool:
     """Matrix products written into the output view: per image, group and band of output rows,
     (M, C*k*k) x (C*k*k, rows*W) with a patch matrix of at most CONV_TILE_ELEMENTS elements. A 1x1
     stride-1 unpadded convolution needs no patch matrix; a depthwise one is a windowed multiply-add."""
@@ -202,7 +202,7 @@ def _conv(node: Node, args: list, out: np.ndarray) -> bool:
     kk = kernel[0] * kernel[1]
     pointwise = kernel == [1, 1] and strides == [1, 1] and not any(pads)
     depthwise = group == c and group == m and not pointwise
-    rows = max(1, CONV_TILE_ELEMENTS // max(cg * kk * ow, 1))
+    rows = max(1, (tile or CONV_TILE_ELEMENTS) // max(cg * kk * ow, 1))
     for i in range(n):
         if depthwise:
             _depthwise(x[i], w, out[i], kernel, strides, dilations, pads)

@@ -69,7 +69,8 @@ class AiaccInterpreter(ArenaInterpreter):
             except KernelError as e:
                 raise KernelError(f"node {node.name} (aiacc::FusedElementwise): {e}") from e
             return [view]
-        into = FUSED_INTO.get(node.op) if node.domain == "aiacc" and "kernel" not in node.meta else None
+        table = FUSED_INTO if node.domain == "aiacc" else STANDARD_INTO if node.domain == "" else {}
+        into = table.get(node.op) if "kernel" not in node.meta else None
         if into is not None and view is not None and len(node.outputs) == 1:
             with np.errstate(all="ignore"):
                 try:
@@ -99,11 +100,20 @@ def _activation_in_place(node: Node, out: np.ndarray) -> None:
         np.copyto(out, apply_activation(out, act, params))
 
 
+#: patch-matrix elements of one convolution tile in the runtime (1 MiB of float32): the arena executor's
+#: default (8192, for the smallest scratch) makes matrix products too small for BLAS to run at speed
+RUNTIME_CONV_TILE = 1 << 18
+
+
+def _conv(node: Node, args: list, out: np.ndarray) -> bool:
+    return INTO_KERNELS["Conv"](node, args, out, RUNTIME_CONV_TILE)
+
+
 def _fused_conv(node: Node, args: list, out: np.ndarray) -> bool:
     x, w = args[0], args[1]
     b = args[2] if len(args) > 2 else None
     residual = args[3] if len(args) > 3 else None
-    if not INTO_KERNELS["Conv"](node, [x, w] + ([b] if b is not None else []), out):
+    if not INTO_KERNELS["Conv"](node, [x, w] + ([b] if b is not None else []), out, RUNTIME_CONV_TILE):
         return False
     if residual is not None:
         np.add(out, residual, out=out)
@@ -134,6 +144,8 @@ def _fused_matmul(node: Node, args: list, out: np.ndarray) -> bool:
 
 #: aiacc-domain op -> a kernel writing into the output's arena view (False: it cannot, run the reference)
 FUSED_INTO = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, "FusedMatMul": _fused_matmul}
+#: standard ops the runtime writes with its own settings (before the arena's into-kernels)
+STANDARD_INTO = {"Conv": _conv}
 
 
 class AiaccRuntime:

@@ -1,7 +1,7 @@
 """`CaffeModel`: a Caffe net (structure and weights) as a Python object that aiacc can optimize.
 
 There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's own files (.prototxt and
-.caffemodel, via the protobuf schema in caffe.proto) and runs on aiacc's reference executor.
+.caffemodel, via the protobuf schema in caffe.proto) and runs on aiacc's runtime (planned arena).
 
     model = CaffeModel.load("deploy.prototxt", "weights.caffemodel")
     outputs = model.forward(data=image)          # {output blob name: array}
@@ -11,6 +11,7 @@ There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,6 +44,24 @@ def blob_feeds(net: str, names: Sequence[str], example_inputs: Any,
     if missing:
         raise ShapeError(f"net {net!r}: input blob {missing[0]!r} not given")
     return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
+
+
+# CaffeModel -> (the graph's structure when planned, its AiaccRuntime): the arena is planned once and kept
+# while the net is unchanged (a weak key: the model stays picklable and copyable, the entry dies with it)
+_RUNTIMES: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _runtime(model: "CaffeModel", graph):
+    """The AiaccRuntime running `graph` for `model`, made again when the net changed (nodes, weights or
+    outputs)."""
+    from aiacc.core.runtime.backend import AiaccRuntime
+
+    key = (tuple(model.outputs), tuple(map(id, model.graph.nodes)),
+           tuple(id(v.const) for v in model.graph.initializers.values()))
+    cached = _RUNTIMES.get(model)
+    if cached is None or cached[0] != key:
+        cached = _RUNTIMES[model] = (key, AiaccRuntime(graph))
+    return cached[1]
 
 
 class CaffeModel:
@@ -132,10 +151,9 @@ class CaffeModel:
 
     # -- running -----------------------------------------------------------------------------------
     def forward(self, *args: Any, **inputs: Any) -> dict[str, np.ndarray]:
-        """Run the net on the aiacc reference executor: inputs by blob name (or positionally in the order of
-        the net's inputs); returns {output blob name: array}."""
-        from aiacc.core.runtime.executor import run
-
+        """Run the net on aiacc's runtime (the planned arena, numba kernels for fused elementwise layers; see
+        aiacc.core.runtime.backend), the runtime Caffe nets get where no other one is present: inputs by
+        blob name (or positionally in the order of the net's inputs); returns {output blob name: array}."""
         g = self.graph
         feeds = self.feeds(args if args else inputs)
         if self.outputs != g.meta["caffe_outputs"]:
@@ -146,7 +164,7 @@ class CaffeModel:
                 raise ShapeError(f"net {self.name!r} has no blob {missing[0]!r} to output")
             g = g.copy()
             g.outputs = [g.value(blobs[b]) for b in self.outputs]
-        results = run(g, feeds)
+        results = _runtime(self, g).run_dict(feeds)
         return {blob: results[v.name] for blob, v in zip(self.outputs, g.outputs)}
 
     def feeds(self, example_inputs: Any) -> dict[str, np.ndarray]:

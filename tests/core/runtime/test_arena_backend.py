@@ -77,7 +77,7 @@ def test_planned_equals_unplanned_on_the_catalogue(framework, name):
 def test_arena_is_reused_and_calls_allocate_far_less_than_the_values():
     g = ir_models.SMALL["resnet50"]()
     run_passes(g, level=3)
-    feeds = ir_models.example_feeds(g, batch=2)
+    feeds = ir_models.example_feeds(g, batch=8)  # batch 8: the values (7 MiB) dwarf one conv tile's scratch
     rt = AiaccRuntime(g)
     rt.run(feeds)
     interp = rt.interpreter(rt.bind(feeds))
