@@ -22,7 +22,7 @@ from google.protobuf import text_format
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
-from aiacc.errors import AiaccError, GraphError, KernelError, ParseError, ShapeError, UnsupportedError
+from aiacc.errors import AiaccError, GraphError, KernelError, ParseError, ShapeError, UnsupportedError, fallback
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import blob_shape, blob_to_array, layer_phase_ok, legacy_inputs
 
@@ -219,13 +219,34 @@ class Importer:
             attrs["reason"] = reason
         custom = _CUSTOM.get(layer.type)
         types = [None] * len(layer.top)
+        cv_kernel = None
         if custom is not None:
             types = self._custom_types(layer, custom, inputs, len(layer.top))
+        elif reason is None:  # a type no rule knows (not one whose translator refused a setting)
+            types, cv_kernel = self._opencv_layer(layer, bottoms, types)
         names = [self._out_name(top, layer, i) for i, top in enumerate(layer.top)]
         node = self.g.add_opaque(layer.type, inputs, domain=OPAQUE_DOMAIN, name=layer.name, outputs=names,
                                  output_types=types, attrs=attrs, meta={"caffe_layer": layer.name})
-        node.meta["kernel"] = opaque_kernel(node)  # reads the node's attrs
+        node.meta["kernel"] = cv_kernel or opaque_kernel(node)  # reads the node's attrs
         return list(node.outputs)
+
+    def _opencv_layer(self, layer, bottoms: list[Value], types):
+        """Output types and a kernel for a layer no rule knows, from OpenCV dnn (opencv_layer): its own
+        shape inference and a one-layer net. Without OpenCV, or bottoms of unknown shapes, none."""
+        from aiacc.plugins.caffe import opencv_layer
+
+        shapes = [v.shape for v in bottoms]
+        if not opencv_layer.available() or any(s is None or not all(isinstance(d, int) for d in s) for s in shapes):
+            return types, None
+        try:
+            outs = opencv_layer.output_shapes(layer, shapes)
+            run = opencv_layer.kernel(layer, shapes)
+        except ShapeError as e:
+            fallback(f"caffe.opencv:{layer.type}", f"{e}; its tops have unknown shapes")
+            return types, None
+        if len(outs) != len(layer.top):
+            return types, None
+        return [TensorType("float32", s) for s in outs], lambda *arrays: run(*arrays[:len(bottoms)])
 
     def _custom_types(self, layer, custom: CustomLayer, inputs: list[Value], n_out: int):
         shapes = [v.shape for v in inputs]
