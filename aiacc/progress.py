@@ -27,6 +27,7 @@ T = TypeVar("T")
 _lock = threading.RLock()
 _console: Any = None  # the console use_console() set (tests, the demo); None: stderr
 _live: Any = None  # the open rich Progress, if any
+_choice: Any = None  # what optimize(progress=True/False) asked inside its call (see chosen()); None: decide
 
 
 def _default_console():
@@ -36,6 +37,8 @@ def _default_console():
 
 
 def _enabled(console) -> bool:
+    if _choice is not None:
+        return bool(_choice)
     forced = os.environ.get("AIACC_PROGRESS", "").strip().lower()
     if forced in ("0", "false", "no", "off"):
         return False
@@ -49,6 +52,22 @@ def _enabled(console) -> bool:
 def enabled() -> bool:
     """True when a progress display would be shown now (the console is a terminal, not turned off)."""
     return _enabled(_console if _console is not None else _default_console())
+
+
+@contextlib.contextmanager
+def chosen(show: Any) -> Iterator[None]:
+    """Inside the block progress is shown (show=True) or not (False) whatever the terminal and AIACC_PROGRESS
+    say: `aiacc.optimize(..., progress=...)`. show=None leaves the usual choice."""
+    global _choice
+    with _lock:
+        before = _choice
+        if show is not None:
+            _choice = bool(show)
+    try:
+        yield
+    finally:
+        with _lock:
+            _choice = before
 
 
 @contextlib.contextmanager

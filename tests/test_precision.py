@@ -183,3 +183,11 @@ def test_keras_int8():
     assert _rel(np.asarray(q(x)), np.asarray(m(x))) < 0.05
     with pytest.raises(UnsupportedError, match="no reduced-float path"):
         aiacc.optimize(m, cal[0], precision="bf16")
+
+
+def test_a_misspelt_option_is_refused_on_the_precision_path_too():
+    from aiacc.errors import OptionError
+
+    m = Net().eval()
+    with pytest.raises(OptionError, match="unknown option 'verfy'"):
+        aiacc.optimize(m, _data(1)[0], precision="int8", calibration=_data(2), verfy=False)

@@ -89,3 +89,25 @@ def test_cli_optimize_in_a_pipe_writes_no_progress(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert out.exists() and "\x1b[" not in r.stdout + r.stderr and "passes" not in r.stderr
+
+
+def test_optimize_progress_option_overrides_the_terminal_choice(monkeypatch):
+    """aiacc.optimize(progress=False) draws nothing on a terminal; progress=True draws the passes even where
+    AIACC_PROGRESS=0 turned it off."""
+    import onnx
+    import aiacc
+    from aiacc.core.onnx import to_onnx
+
+    monkeypatch.delenv("AIACC_PROGRESS", raising=False)
+    model = to_onnx(zoo.resnet50(size=32, width=8))
+    assert isinstance(model, onnx.ModelProto)
+    console, buf = terminal()
+    with progress.use_console(console):
+        aiacc.optimize(model, verify=False, progress=False)
+    assert buf.getvalue() == ""
+    monkeypatch.setenv("AIACC_PROGRESS", "0")
+    console, buf = terminal()
+    with progress.use_console(console):
+        aiacc.optimize(model, verify=False, progress=True)
+    assert "passes:" in buf.getvalue()
+    assert progress._choice is None  # the choice ends with the call

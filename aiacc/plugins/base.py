@@ -44,7 +44,7 @@ OPTIONS: dict[str, str] = {
     "debug": "check the graph and its numerics after every pass",
     "strict": "turn every fallback (something kept opaque, a mode chosen for you) into an error",
     "mode": "'inference' or 'train'",
-    "progress": "show a progress bar for long steps",
+    "progress": "True/False: show or hide the progress bar (default: shown on a terminal only)",
 }
 
 
@@ -168,7 +168,9 @@ class Plugin:
         fallback is warned once (AiaccWarning) and listed in the report's `fallbacks`, or with strict=True
         refused (FallbackError). An option the plugin does not have is an OptionError."""
         self.check_options(options)
-        with collecting_fallbacks(strict) as fallbacks:
+        from aiacc import progress
+
+        with progress.chosen(options.pop("progress", None)), collecting_fallbacks(strict) as fallbacks:
             out, report = self._optimize(model, example_inputs, level, passes, disable, backend, verify, debug,
                                          options)
             if report is not None:
@@ -184,7 +186,6 @@ class Plugin:
         """optimize's steps: (the optimized model, the pass report or None)."""
         if "mode" in options:
             options["mode"] = self.check_mode(options["mode"])
-        options.pop("progress", None)  # shown by the steps themselves (aiacc.progress), not a trace option
         graph = self.trace(model, example_inputs, **options)
         report = None
         if level > 0 or passes:

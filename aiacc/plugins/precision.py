@@ -107,6 +107,7 @@ def optimize_precision(plugin, model: Any, example_inputs: Any, *, precision: st
     `aiacc_precision`."""
     precision = check_precision(precision)
     check_options(precision, calibration, tolerance, keep_float, holdout)
+    plugin.check_options(options)  # a misspelt option is refused here as on the float path
     if options.get("mode") not in (None, "inference", "eval"):
         raise UnsupportedError(f"precision={precision!r} is for inference; mode={options['mode']!r} trains")
     options.pop("mode", None)

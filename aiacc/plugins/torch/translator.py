@@ -65,19 +65,9 @@ class TorchPlugin(Plugin):
 
     def guard_batch(self, model: Any, batch: int, why: str) -> bool:
         """A forward pre-hook refusing tensors whose first dimension is not `batch` (ShapeError)."""
-        import torch
-        from torch.utils import _pytree as pytree
-
-        from aiacc.errors import ShapeError
-
-        def check(module, args, kwargs):
-            for t in pytree.tree_leaves((args, kwargs)):
-                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] != batch:
-                    raise ShapeError(f"{type(module).__name__}: input of shape {list(t.shape)}: {why}; "
-                                     f"call it with batch {batch} or optimize it with an example of this size")
         if not hasattr(model, "register_forward_pre_hook"):
             return False
-        model.register_forward_pre_hook(check, with_kwargs=True)
+        model.register_forward_pre_hook(BatchGuard(batch, why), with_kwargs=True)
         return True
 
     def detect(self, model: Any) -> bool:
@@ -278,3 +268,22 @@ def aiacc_errors(what: str):
 
 PLUGIN = TorchPlugin()
 TRANSLATOR = PLUGIN  # the name earlier code and tests use
+
+
+class BatchGuard:
+    """The forward pre-hook of a module specialized to one batch size: a ShapeError for any other. A class,
+    not a closure, so the guarded module still pickles (torch.save of the whole module)."""
+
+    def __init__(self, batch: int, why: str):
+        self.batch, self.why = batch, why
+
+    def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
+        import torch
+        from torch.utils import _pytree as pytree
+
+        from aiacc.errors import ShapeError
+
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] != self.batch:
+                raise ShapeError(f"{type(module).__name__}: input of shape {list(t.shape)}: {self.why}; "
+                                 f"call it with batch {self.batch} or optimize it with an example of this size")
