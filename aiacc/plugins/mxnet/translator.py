@@ -267,7 +267,8 @@ class MXNetPlugin(Plugin):
             from aiacc.plugins.mxnet.training import NO_RECOMPUTE
 
             raise UnsupportedError(NO_RECOMPUTE)
-        options.pop("memory_budget", None)
+        if options.pop("memory_budget", None) is not None:  # as torch and TF: never silently ignored
+            raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
         from aiacc.plugins.train_choice import option as compile_option
 
         compile_setting = compile_option(options)

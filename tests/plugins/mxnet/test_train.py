@@ -127,6 +127,8 @@ def test_refusals_name_the_problem():
     x, _ = data()
     with pytest.raises(AiaccError, match="memory_budget with mode='train' is not implemented for MXNet: .*Gluon"):
         aiacc.optimize(net(), x, mode="train", memory_budget=1 << 20)
+    with pytest.raises(AiaccError, match="memory_budget applies to mode='train'"):  # not silently ignored
+        aiacc.optimize(net(), x, memory_budget=1 << 20)
     with pytest.raises(AiaccError, match="unknown mode 'learn'"):
         aiacc.optimize(net(), x, mode="learn")
     with pytest.raises(AiaccError, match="onnxruntime"):
