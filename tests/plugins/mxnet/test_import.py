@@ -39,7 +39,9 @@ def test_resnet_graph_shape(zoo):
     assert [v.name for v in g.inputs] == ["data"] and g.inputs[0].shape == (1, 3, 64, 64)
     assert g.outputs[0].shape == (1, 1000)
     # parameter names are Gluon's, so they map back to the block's parameters
-    assert "resnetv10_conv0_weight" in g.initializers
+    # (the prefix counts the blocks built in the process: resnetv10_, resnetv11_, ... so ask the block)
+    assert f"{model.prefix}conv0_weight" in g.initializers
+    assert set(g.initializers) <= set(model.collect_params())
 
 
 def test_unknown_op_stays_opaque_with_its_json(zoo):
