@@ -175,7 +175,9 @@ def test_train_mode_export_follows_to():
     torch.manual_seed(0)
     model = SmallCNN().train()
     x = torch.randn(2, 3, 16, 16)
-    fast = aiacc.optimize(model, (x,), mode="train")
+    # aiacc's own export: with the default framework_compile="auto" the faster of it and torch.compile is
+    # returned, chosen by timing, which would make this test depend on the machine's load
+    fast = aiacc.optimize(model, (x,), mode="train", framework_compile=False)
     assert stray_tensors(fast) == []
     meta = fast.to("meta")
     assert off_device(meta, "meta") == []
