@@ -469,7 +469,9 @@ class PassManager:
     def _run_one(self, p: Pass, graph: Graph, report: PassReport, feeds, baseline, numerics_note: str) -> None:
         """Run pass `p`, record it in `report` and (debug) check the graph and its numerics."""
         ctx = PassContext(self.mode, self.level)
-        before_nodes = {id(n): n.qualified_op for n in graph}
+        # Hold the nodes themselves, not only their ids: a node the pass removes could otherwise be freed and its
+        # id reused by a node the pass adds, which then counts as neither removed nor added.
+        before_nodes = {id(n): (n, n.qualified_op) for n in graph}
         rec = PassRecord(p.name, nodes_before=len(graph), const_bytes_before=graph.constant_bytes())
         t0 = time.perf_counter()
         try:
@@ -480,7 +482,7 @@ class PassManager:
             raise AiaccError(f"pass {p.name} failed: {type(e).__name__}: {e}") from e
         rec.seconds = time.perf_counter() - t0
         after_nodes = {id(n): n for n in graph}
-        for k, op in before_nodes.items():
+        for k, (_node, op) in before_nodes.items():
             if k not in after_nodes:
                 rec.removed += 1
                 rec.ops_removed[op] = rec.ops_removed.get(op, 0) + 1
