@@ -14,7 +14,8 @@ What comes back, per framework (called like the original, returning what the nat
 Each keeps its runtime as `aiacc_runtime` (its `report()` says what ran where).
 
 The MXNet and Caffe wrappers are the plugins' onnxruntime wrappers (aiacc/plugins/<fw>/ort.py) with aiacc's
-runtime (same `run(feeds) -> [arrays]`) in place of onnxruntime's; torch and TF have their own here.
+runtime (same `run(feeds) -> [arrays]`) in place of onnxruntime's; torch's is ort.RunnerModule's subclass and
+TF's comes from tf/ort.py's numpy_runner_module, which the onnxruntime backends use too.
 The runtime is for inference: mode="train" is refused.
 """
 from __future__ import annotations
@@ -47,81 +48,24 @@ def export_aiacc(plugin: Any, graph: Graph, *, original: Any = None, **options: 
 
 # --------------------------------------------------------------------------------------------- torch
 def _torch(graph: Graph, runtime: AiaccRuntime, original: Any) -> Any:
-    import torch
-    from torch import nn
-    from torch.utils import _pytree as pytree
+    from aiacc.plugins.torch.ort import RunnerModule
 
-    from aiacc.plugins.torch.importer import bind_inputs
-
-    class AiaccModule(nn.Module):
+    class AiaccModule(RunnerModule):
         """An nn.Module whose forward runs the graph on aiacc's runtime: called like the original (same
         argument names, same output structure); inputs cross as numpy views of CPU tensors' memory, outputs
         come back as tensors on the inputs' device. Inference only (no autograd through it)."""
-
-        def __init__(self, graph: Graph, runtime: AiaccRuntime):
-            super().__init__()
-            self.graph = graph
-            self.runner = runtime
-            self.signature = graph.meta.get("torch.signature") or [("input", v.name, [v.name], None)
-                                                                    for v in graph.inputs]
-            self.outputs = graph.meta.get("torch.outputs")
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            bound = bind_inputs(self.signature, args, kwargs)
-            feeds: dict[str, np.ndarray] = {}
-            device = None
-            for entry in self.signature:
-                if entry[0] != "input":
-                    continue
-                for leaf, name in zip(pytree.tree_leaves(bound[entry[1].lstrip("*")]), entry[2]):
-                    if name is not None:
-                        device = leaf.device
-                        feeds[name] = leaf.detach().cpu().numpy()
-            outs = [torch.from_numpy(o) for o in self.runner.run(feeds)]
-            if device is not None and device.type != "cpu":
-                outs = [o.to(device) for o in outs]
-            if self.outputs is None:
-                return outs[0] if len(outs) == 1 else tuple(outs)
-            spec, leaves = self.outputs
-            return pytree.tree_unflatten([outs[x] if kind == "value" else x for kind, x in leaves], spec)
 
     return AiaccModule(graph, runtime).eval()
 
 
 # --------------------------------------------------------------------------------------------- tf
 def _tf(graph: Graph, runtime: AiaccRuntime, original: Any) -> Any:
-    from aiacc.plugins.tf._tf import tf
-    from aiacc.plugins.tf.exporter import Untracked, input_signature, module_name, pack_outputs
+    from aiacc.plugins.tf.ort import numpy_runner_module
 
-    tfm = tf()
-    specs = input_signature(graph)
-    names = [v.name for v in graph.inputs]
-    out_dtypes = [tfm.as_dtype(v.dtype) for v in graph.outputs]
-    out_shapes = [None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
-                  for v in graph.outputs]
-    structure = graph.meta.get("tf_output_structure")
-
-    def aiacc_run(*arrays):
-        outs = runtime.run({n: np.asarray(a) for n, a in zip(names, arrays)})
-        return [np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(outs, out_dtypes)]
-
-    def call(self, *args):
-        outs = tfm.numpy_function(aiacc_run, tfm.nest.flatten(args), out_dtypes, stateful=False,
-                                  name="aiacc_runtime")
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        for o, s in zip(outs, out_shapes):
-            if s is not None:
-                o.set_shape(s)
-        return pack_outputs(structure, outs)
-
-    cls = type("AiaccTFModule", (tfm.Module,), {
-        "__call__": tfm.function(call, input_signature=specs, autograph=False),
-        "__doc__": "A TF model whose graph runs on aiacc's runtime (made by aiacc.optimize(backend='aiacc')).",
-    })
-    module = cls(name=module_name(graph.name) + "_aiacc")
-    module.aiacc_graph = Untracked(graph)
-    module.aiacc_runtime = Untracked(runtime)
-    return module
+    return numpy_runner_module(
+        graph, runtime, class_name="AiaccTFModule", name_suffix="_aiacc", op_name="aiacc_runtime",
+        runner_attr="aiacc_runtime",
+        doc="A TF model whose graph runs on aiacc's runtime (made by aiacc.optimize(backend='aiacc')).")
 
 
 # --------------------------------------------------------------------------------------------- mxnet

@@ -10,36 +10,14 @@ from aiacc.errors import KernelError
 
 pytest.importorskip("onnxruntime")
 from aiacc.backends.onnxruntime import OrtGraphRunner, default_providers  # noqa: E402
-
-TEXT = """graph g(%x: float32[N,3,8,8], %y: float32[N,8]) {
-  %w: float32[8,3,3,3] = const
-  %b: float32[8] = const
-  %c: float32[N,8,8,8] = Conv<conv>(%x, %w, %b) {pads=[1, 1, 1, 1]}
-  %r: float32[N,8,8,8] = Relu<relu>(%c)
-  %k: float32[N,8,8,8] = custom::Cumsum<cum>(%r)
-  %p: float32[N,8,1,1] = GlobalAveragePool<pool>(%k)
-  %f: float32[N,8] = Flatten<flat>(%p) {axis=1}
-  %m: float32[N,8] = custom::Scale<scale>(%f, %y)
-  %o: float32[N,8] = Softmax<soft>(%m) {axis=-1}
-  return %o, %r
-}
-"""
-
+from tests.backends.split_graph import split_feeds, split_graph  # noqa: E402
 
 def graph():
-    rng = np.random.default_rng(0)
-    g = parse(TEXT, {"w": rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3,
-                     "b": rng.standard_normal(8).astype(np.float32) * 0.1})
-    nodes = {n.name: n for n in g}
-    nodes["cum"].meta["kernel"] = lambda a: np.cumsum(a, axis=-1).astype(np.float32)
-    nodes["scale"].meta["kernel"] = lambda a, s: (a * s, )  # a tuple of outputs is accepted too
-    return g
+    return split_graph(second_opaque=True)
 
 
 def feeds(batch=2, seed=1):
-    rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal((batch, 3, 8, 8)).astype(np.float32),
-            "y": rng.standard_normal((batch, 8)).astype(np.float32)}
+    return split_feeds(batch, seed)
 
 
 def test_split_across_sessions_equals_the_reference_executor():

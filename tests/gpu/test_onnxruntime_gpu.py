@@ -8,44 +8,24 @@ import warnings
 import numpy as np
 import pytest
 
-from aiacc.core import parse, run
+from aiacc.core import run
 from aiacc.errors import UnsupportedError
 
 ort = pytest.importorskip("onnxruntime")
 from aiacc.backends.onnxruntime import OrtGraphRunner, provider_names, select_providers  # noqa: E402
+from tests.backends.split_graph import split_feeds, split_graph  # noqa: E402
 
 ALL = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 CPU_ONLY = ["AzureExecutionProvider", "CPUExecutionProvider"]
 HAS_CUDA_EP = "CUDAExecutionProvider" in ort.get_available_providers()
 HAS_TRT_EP = "TensorrtExecutionProvider" in ort.get_available_providers()
 
-TEXT = """graph g(%x: float32[N,3,8,8], %y: float32[N,8]) {
-  %w: float32[8,3,3,3] = const
-  %b: float32[8] = const
-  %c: float32[N,8,8,8] = Conv<conv>(%x, %w, %b) {pads=[1, 1, 1, 1]}
-  %r: float32[N,8,8,8] = Relu<relu>(%c)
-  %k: float32[N,8,8,8] = custom::Cumsum<cum>(%r)
-  %p: float32[N,8,1,1] = GlobalAveragePool<pool>(%k)
-  %f: float32[N,8] = Flatten<flat>(%p) {axis=1}
-  %m: float32[N,8] = Mul<mul>(%f, %y)
-  %o: float32[N,8] = Softmax<soft>(%m) {axis=-1}
-  return %o, %r
-}
-"""
-
-
 def graph():
-    rng = np.random.default_rng(0)
-    g = parse(TEXT, {"w": rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3,
-                     "b": rng.standard_normal(8).astype(np.float32) * 0.1})
-    next(n for n in g if n.name == "cum").meta["kernel"] = lambda a: np.cumsum(a, axis=-1).astype(np.float32)
-    return g
+    return split_graph(second_opaque=False)
 
 
 def feeds(batch=2, seed=1):
-    rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal((batch, 3, 8, 8)).astype(np.float32),
-            "y": rng.standard_normal((batch, 8)).astype(np.float32)}
+    return split_feeds(batch, seed)
 
 
 # ------------------------------------------------------------------------------------------------ providers

@@ -17,48 +17,39 @@ from torch.utils import _pytree as pytree
 from aiacc.core.ir import Graph
 
 
-class OrtModule(nn.Module):
-    """Calls like the original module (same parameter names, same output structure)."""
+class RunnerModule(nn.Module):
+    """An nn.Module whose forward hands the graph's inputs to a runner (`run(feeds) -> [arrays]`) and packs
+    the outputs as the original module returned them: called like the original (same parameter names, same
+    output structure). The base of the onnxruntime module here and of backend="aiacc"'s module."""
 
-    def __init__(self, graph: Graph, providers: list[str] | None = None, io_binding: bool | None = None):
-        """io_binding: run with onnxruntime's io-binding (inputs and outputs stay on their device, DLPack
-        both ways); None: when an input is not on the CPU (CUDA tensors on a CUDA session)."""
+    def __init__(self, graph: Graph, runner: Any):
         super().__init__()
-        from aiacc.backends.onnxruntime import OrtGraphRunner
-
         self.graph = graph
-        self.runner = OrtGraphRunner(graph, providers=providers)
-        self.io_binding = io_binding
+        self.runner = runner
         self.signature = graph.meta.get("torch.signature") or [("input", v.name, [v.name], None)
                                                                 for v in graph.inputs]
         self.outputs = graph.meta.get("torch.outputs")
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def input_leaves(self, args: tuple, kwargs: dict) -> list:
+        """(tensor, graph input name) for each tensor of the call that is a graph input."""
         from aiacc.plugins.torch.importer import bind_inputs
 
         bound = bind_inputs(self.signature, args, kwargs)
-        leaves = [(leaf, name) for entry in self.signature if entry[0] == "input"
-                  for leaf, name in zip(pytree.tree_leaves(bound[entry[1].lstrip("*")]), entry[2]) if name is not None]
-        on_device = any(leaf.device.type != "cpu" for leaf, _ in leaves)
-        if self.io_binding or (self.io_binding is None and on_device and self.runner.device[0] != "cpu"):
-            outs = self._run_bound(leaves)
-        else:
-            outs = self._run_numpy(leaves)
+        return [(leaf, name) for entry in self.signature if entry[0] == "input"
+                for leaf, name in zip(pytree.tree_leaves(bound[entry[1].lstrip("*")]), entry[2]) if name is not None]
+
+    def pack_outputs(self, outs: list) -> Any:
+        """The output tensors in the original's structure (a tensor, a tuple, a dict, a ModelOutput ...)."""
         if self.outputs is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         spec, leaves = self.outputs
         return pytree.tree_unflatten([outs[x] if kind == "value" else x for kind, x in leaves], spec)
 
-    def _run_bound(self, leaves: list) -> list:
-        """io-binding: tensors handed to onnxruntime and back through DLPack, on the session's device."""
-        kind, index = self.runner.device
-        device = torch.device(kind, index) if kind != "cpu" else torch.device("cpu")
-        feeds = {name: leaf.detach().to(device).contiguous() for leaf, name in leaves}
-        outs = [_from_ortvalue(v) for v in self.runner.run_bound(feeds)]
-        home = leaves[0][0].device if leaves else device  # outputs where the inputs were
-        return outs if home == device else [o.to(home) for o in outs]
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.pack_outputs(self._run_numpy(self.input_leaves(args, kwargs)))
 
     def _run_numpy(self, pairs: list) -> list:
+        """Inputs as numpy views of CPU tensors' memory; outputs back as tensors on the inputs' device."""
         feeds: dict[str, np.ndarray] = {}
         device = None
         for leaf, name in pairs:
@@ -68,6 +59,36 @@ class OrtModule(nn.Module):
         if device is not None and device.type != "cpu":
             outs = [o.to(device) for o in outs]
         return outs
+
+
+class OrtModule(RunnerModule):
+    """Calls like the original module (same parameter names, same output structure), on onnxruntime."""
+
+    def __init__(self, graph: Graph, providers: list[str] | None = None, io_binding: bool | None = None):
+        """io_binding: run with onnxruntime's io-binding (inputs and outputs stay on their device, DLPack
+        both ways); None: when an input is not on the CPU (CUDA tensors on a CUDA session)."""
+        from aiacc.backends.onnxruntime import OrtGraphRunner
+
+        super().__init__(graph, OrtGraphRunner(graph, providers=providers))
+        self.io_binding = io_binding
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        leaves = self.input_leaves(args, kwargs)
+        on_device = any(leaf.device.type != "cpu" for leaf, _ in leaves)
+        if self.io_binding or (self.io_binding is None and on_device and self.runner.device[0] != "cpu"):
+            outs = self._run_bound(leaves)
+        else:
+            outs = self._run_numpy(leaves)
+        return self.pack_outputs(outs)
+
+    def _run_bound(self, leaves: list) -> list:
+        """io-binding: tensors handed to onnxruntime and back through DLPack, on the session's device."""
+        kind, index = self.runner.device
+        device = torch.device(kind, index) if kind != "cpu" else torch.device("cpu")
+        feeds = {name: leaf.detach().to(device).contiguous() for leaf, name in leaves}
+        outs = [_from_ortvalue(v) for v in self.runner.run_bound(feeds)]
+        home = leaves[0][0].device if leaves else device  # outputs where the inputs were
+        return outs if home == device else [o.to(home) for o in outs]
 
 
 def _from_ortvalue(value) -> torch.Tensor:
