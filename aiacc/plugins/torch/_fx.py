@@ -338,12 +338,20 @@ def proxy_patches(tracer: "AiaccTracer"):
     # those a converter translates whole (torchvision's stochastic_depth, whose body draws in place)
     from torch.fx import _symbolic_trace as st
 
-    from aiacc.plugins.torch.importer import has_converter
+    from aiacc.plugins.torch.importer import has_converter, loaded_named_converters
 
     wrapped_fns, wrapped_methods = dict(st._wrapped_fns_to_patch), list(st._wrapped_methods_to_patch)
     st._wrapped_fns_to_patch.clear()
-    st._wrapped_fns_to_patch.update({k: d for k, d in wrapped_fns.items() if has_converter(d.get(k[1]))})
+    kept = {k: d for k, d in wrapped_fns.items() if has_converter(d.get(k[1]))}
+    st._wrapped_fns_to_patch.update(kept)
     st._wrapped_methods_to_patch.clear()
+    # fx.wrap patches the name only in the module that called it: a model that imported the function by
+    # name (`from torchvision.ops import stochastic_depth`) would be traced into its body (an in-place
+    # draw on a constant). fx's autowrap patches any forward's globals bound to these functions too.
+    autowrap_ids = {id(d[k[1]]) for k, d in kept.items() if k[1] in d} | \
+        {id(fn) for fn in loaded_named_converters()}
+    added_ids = autowrap_ids - tracer._autowrap_function_ids
+    tracer._autowrap_function_ids |= added_ids
 
     for name, original in factories.items():
         setattr(torch, name, factory(original))
@@ -360,6 +368,7 @@ def proxy_patches(tracer: "AiaccTracer"):
         Proxy.__len__ = original_len
         Proxy.__getattr__ = original_getattr
         st._wrapped_fns_to_patch.update(wrapped_fns)
+        tracer._autowrap_function_ids -= added_ids
         st._wrapped_methods_to_patch.extend(wrapped_methods)
         if had_setitem:
             Proxy.__setitem__ = original_setitem

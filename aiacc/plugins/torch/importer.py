@@ -549,6 +549,28 @@ def has_converter(fn: Any) -> bool:
     return callable(fn) and (FUNCTIONS.get(fn) is not None or FUNCTIONS.get(_qualified_name(fn)) is not None)
 
 
+def loaded_named_converters() -> list[Any]:
+    """The functions FUNCTIONS knows by qualified name ('torchvision.ops.stochastic_depth.stochastic_depth')
+    whose module is already imported (a library the plugin must not import itself is looked up only)."""
+    import sys
+
+    found = []
+    for key in FUNCTIONS.keys():
+        if not isinstance(key, str) or "." not in key:
+            continue
+        parts = key.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest imported module prefix, then attributes
+            obj = sys.modules.get(".".join(parts[:cut]))
+            if obj is None:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            if callable(obj) and _qualified_name(obj) == key:
+                found.append(obj)
+            break
+    return found
+
+
 def _qualified_name(fn: Any) -> str | None:
     """'module.qualname' of a function ('torchvision.ops.stochastic_depth.stochastic_depth')."""
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)

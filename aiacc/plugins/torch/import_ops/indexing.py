@@ -1,5 +1,5 @@
 """Converters for indexing and the ops transformers / torchvision / timm models use around it: tensor
-(advanced) indexing, torch.gather, cumsum, torchvision's stochastic_depth.
+(advanced) indexing, torch.gather, cumsum, torchvision's stochastic_depth and timm's drop_path.
 
 All of them are built from ops the IR has (Gather, Reshape, Mul, Add, Mod, ReduceSum, Floor ...) on static
 shapes, so they fuse and lower like any other node.
@@ -140,22 +140,41 @@ def _stochastic_depth(imp, x, p, mode, training=True):
     draw), divided by 1 - p: that is Dropout(ones(mask shape), p) in training mode, which the exporter
     lowers to F.dropout, so the mask comes from torch's generator with the same draws torchvision makes
     (empty(size).bernoulli_(1 - p) / (1 - p))."""
-    x = tensor(x)
-    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise Untranslatable(f"stochastic_depth with p={p!r}")
     if mode not in ("batch", "row"):
         raise Untranslatable(f"stochastic_depth mode {mode!r}")
+    return _drop_path(imp, x, p, training, mode == "row", True)
+
+
+@FUNCTIONS.register("timm.layers.drop.drop_path")
+def _timm_drop_path(imp, x, drop_prob=0.0, training=False, scale_by_keep=True):
+    """timm's drop_path (DropPath's function): per sample, x times new_empty((B, 1, ...)).bernoulli_(1 - p),
+    divided by 1 - p when scale_by_keep; the identity when not training. The same mask as
+    stochastic_depth's "row" mode."""
+    return _drop_path(imp, x, drop_prob, training, True, bool(scale_by_keep))
+
+
+def _drop_path(imp, x, p, training, per_row: bool, scale: bool):
+    """x * Bernoulli(1 - p) mask of shape (batch, 1, ...) (per_row) or (1, ...), scaled by 1 / (1 - p):
+    Dropout(ones, p) in training mode (F.dropout's draws: empty_like(ones).bernoulli_(1 - p) / (1 - p))."""
+    x = tensor(x)
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        raise Untranslatable(f"drop path with p={p!r}")
     if not training or p == 0.0 or not imp.training:
         return imp.op("Identity", x)  # as Dropout: an inference trace computes the eval-mode function
+    if p == 1.0:
+        raise Untranslatable("drop path with p=1 (torch's 0/0 mask)")
     r = rank(x)
-    n = imp.shape_of(x)[0] if r else 1
-    if mode == "row" and not isinstance(n, (int, np.integer)):
-        raise Untranslatable("stochastic_depth in training on a dynamic batch size")
-    size = ([int(n)] + [1] * (r - 1)) if mode == "row" else [1] * r
-    ones = imp.const(np.ones(size, dtype=np.dtype(x.dtype or "float32")))
+    dt = np.dtype(x.dtype or "float32")
+    if per_row and r:
+        # ones of shape (batch, 1, ...) taken from x's shape
+        size = imp.op("Concat", imp.op("Shape", x, start=0, end=1), imp.ints([1] * (r - 1)), axis=0)
+        ones = imp.op("ConstantOfShape", size, value=np.ones([1], dtype=dt))
+    else:
+        ones = imp.const(np.ones([1] * r, dtype=dt))
     noise = imp.op("Dropout", ones, imp.const(np.float32(p)), imp.const(np.bool_(True)))
+    if not scale:  # Dropout scales the kept ones by 1 / (1 - p): undo it
+        noise = imp.op("Mul", noise, imp.const(np.asarray(1.0 - p, dtype=dt)))
     return imp.op("Mul", x, noise)
-
 
 
 @FUNCTIONS.register(torch.roll)
