@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence, Union
 
+import ml_dtypes  # noqa: F401  (registers bfloat16, float8_*, int4, int2, float4_e2m1fn as numpy dtype names)
 import numpy as np
 
 from aiacc.errors import GraphError, ShapeError

@@ -39,7 +39,11 @@ _OBSOLETE_ATTRS = {"consumed_inputs", "is_test", "spatial"}
 # ------------------------------------------------------------------------------------------------ dtypes
 _SUPPORTED_ELEM = {TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorProto.INT16,
                    TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL, TensorProto.FLOAT16, TensorProto.DOUBLE,
-                   TensorProto.UINT32, TensorProto.UINT64, TensorProto.COMPLEX64, TensorProto.COMPLEX128}
+                   TensorProto.UINT32, TensorProto.UINT64, TensorProto.COMPLEX64, TensorProto.COMPLEX128,
+                   # the low-precision types, held as ml_dtypes' numpy dtypes (what onnx's numpy_helper gives)
+                   TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
+                   TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT8E8M0,
+                   TensorProto.FLOAT4E2M1, TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2}
 
 
 def _elem_name(elem_type: int) -> str:
@@ -50,7 +54,8 @@ def _elem_name(elem_type: int) -> str:
 
 
 def onnx_to_numpy_dtype(elem_type: int, where: str = "") -> str:
-    """The numpy dtype name of an ONNX TensorProto element type (bfloat16, float8, int4, string: unsupported)."""
+    """The numpy dtype name of an ONNX TensorProto element type (bfloat16, float8, int4... are ml_dtypes names;
+    string and other non-numeric types are unsupported)."""
     if elem_type not in _SUPPORTED_ELEM:
         raise UnsupportedError(f"{where}element type {_elem_name(elem_type)} has no numpy equivalent aiacc supports")
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name

@@ -459,9 +459,13 @@ def infer_dropout(ctx: InferContext) -> list[TensorType | None]:
 
 @op("Dropout", attrs={"seed": ("int", None)}, inputs=(1, 3), outputs=(1, 2), infer=infer_dropout)
 def dropout(x, ratio=None, training_mode=None, *, seed):
-    """Dropout: identity at inference; in training mode drops with probability `ratio` and rescales."""
+    """Dropout: identity at inference; in training mode drops with probability `ratio` and rescales. The mask
+    is the one ONNX's reference draws (numpy RandomState(seed).uniform(0, 1) >= ratio), so a seeded Dropout
+    gives the same mask here as in onnx.reference and the ONNX conformance cases; no seed: fresh entropy."""
     if training_mode is None or not bool(training_mode):
         return x, np.ones(x.shape, dtype=bool)
     r = 0.5 if ratio is None else float(ratio)
-    mask = np.random.default_rng(seed).random(x.shape) >= r
-    return (x * mask / (1 - r)).astype(x.dtype), mask
+    if r == 0:
+        return x, np.ones(x.shape, dtype=bool)
+    mask = np.random.RandomState(seed).uniform(0.0, 1.0, x.shape) >= r
+    return (mask * x * (1.0 / (1.0 - r))).astype(x.dtype), mask

@@ -1,6 +1,7 @@
 """Shape and data-movement ops (ONNX semantics): reshape, transpose, concat, gather, cast, constants..."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from aiacc.core.ir import TensorType, type_of_array
@@ -25,11 +26,46 @@ def identity(x):
     return x
 
 
-@op("Cast", attrs={"to": ("string", "float32"), "saturate": ("int", 1)},
+# the float8 types whose Cast saturates by default (ONNX: out-of-range values become +-max, not NaN/inf)
+_SATURATING_FLOAT8 = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
+
+
+@op("Cast", attrs={"to": ("string", "float32"), "saturate": ("int", 1), "round_mode": ("string", "up")},
     infer=lambda ctx: [TensorType(ctx.attrs["to"], ctx.shape(0)) if ctx.type(0) else None], elementwise=True)
-def cast(x, *, to, saturate):
-    """Cast to the numpy dtype named by `to` (the ONNX bridge maps ONNX's integer codes to names)."""
+def cast(x, *, to, saturate, round_mode):
+    """Cast to the numpy dtype named by `to` (the ONNX bridge maps ONNX's integer codes to names). The ONNX
+    low-precision types are ml_dtypes' numpy dtypes: float8 saturates unless saturate=0 (NaN stays NaN), and
+    float8_e8m0fnu rounds its power of two as round_mode says (up, down, nearest)."""
+    name = np.dtype(to).name
+    if name in _SATURATING_FLOAT8 and saturate:
+        info = ml_dtypes.finfo(name)
+        return np.clip(x, info.min, info.max).astype(to)
+    if name == "float8_e8m0fnu":
+        return _to_e8m0(x, bool(saturate), round_mode)
     return x.astype(to)
+
+
+def _to_e8m0(x, saturate: bool, round_mode: str) -> np.ndarray:
+    """float32 -> float8_e8m0fnu (an 8-bit exponent, no sign or mantissa): NaN and inf become NaN (0xFF); a
+    value between two powers of two rounds as round_mode says; saturate keeps a round-up at 2^127."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        guard, rnd = (bits & 0x400000) > 0, (bits & 0x200000) > 0
+        sticky, lsb = (bits & 0x1FFFFF) > 0, exponent > 0
+        up = guard & (rnd | sticky | lsb)
+    elif round_mode == "up":
+        up = (bits & 0x7FFFFF) > 0
+    elif round_mode == "down":
+        up = np.zeros(bits.shape, bool)
+    else:
+        raise ValueError(f"Cast round_mode must be up, down or nearest, got {round_mode!r}")
+    up &= ~special
+    if saturate:
+        up &= exponent != 0xFE
+    out = np.where(special, 0xFF, exponent + up).astype(np.uint8)
+    return out.view(ml_dtypes.float8_e8m0fnu)
 
 
 @op("Shape", attrs={"start": ("int", 0), "end": ("int", None)},
