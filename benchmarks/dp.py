@@ -23,7 +23,8 @@ Each candidate runs `--block` consecutive steps per round, timed up to the end o
 Columns: buckets of the candidate's plan; median step; throughput relative to DDP 25 MB; scaling efficiency;
 the simulator's predicted step for the candidate's plan on the same measured costs (per-layer compute from
 profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
-interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB; the
+interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB (fp16 rows:
+its float16 medians, 512 B to 8 MB); the
 measured contention of compute and communication); the lower bound of any plan on those costs; the largest
 parameter difference from DDP 25 MB after the run (same data, seeds and steps: a check that each candidate
 really reduced the gradients). The 2 cores of this machine are shared with whatever else runs: numbers are
@@ -118,6 +119,19 @@ def measured_spec(model, loss_fn, reps: int):
                                           for l, w, b in zip(specs[0].layers, weights, bwd)))
 
 
+AFTER_BACKWARD = ("after backward", "Horovod 64 MB")  # candidates that reduce only once backward has ended
+
+
+def after_backward_plan(plan, spec):
+    """`plan` with no bucket starting before the backward of `spec` has ended (the candidates that reduce
+    after backward; remade for the compute measured beside the candidates, which differs from the
+    profile's)."""
+    from aiacc.core.comm.plan import Bucket, Plan
+
+    return Plan(plan.strategy, tuple(Bucket(b.pieces, b.priority, spec.backward_s) for b in plan.buckets),
+                plan.scheduling, plan.compression)
+
+
 def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, ddp_best_mb: int | None,
                only_sweep: bool = False):
     """{label: (model, step function, plan for the simulator or None, compression)}; `only_sweep`: just
@@ -146,8 +160,7 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
         return step
 
     def after_backward(plan: Plan) -> Plan:  # nothing starts before backward has ended
-        return Plan(plan.strategy, tuple(Bucket(b.pieces, b.priority, spec.backward_s) for b in plan.buckets),
-                    plan.scheduling, plan.compression)
+        return after_backward_plan(plan, spec)
 
     def ddp(cap_mb, hook=None):
         model, _, f = build(name, rank)
@@ -266,8 +279,9 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     hvd.init()
     rank, world = hvd.rank(), hvd.size()
     cluster = planning.calibrate()
-    cost = CostModel(cluster)
-    report = {"cluster": cluster.__dict__, "samples": planning.measurements(), "models": {}}
+    costs = {c: CostModel(cluster, compression=c) for c in ("none", "fp16")}  # fp16: its own samples
+    report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
+              "samples_fp16": planning.measurements("float16"), "models": {}}
     for name in models:
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
@@ -296,8 +310,10 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                 pred = lb = local_s
             else:
                 sync = "layer" if label == "aiacc per-layer" else "step"
-                pred = simulate(spec, cluster, plan, cost, validate=False, sync=sync).iteration_s
-                lb = lower_bound(spec, cluster, cost, compression)
+                if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
+                    plan = after_backward_plan(plan, spec)
+                pred = simulate(spec, cluster, plan, costs[compression], validate=False, sync=sync).iteration_s
+                lb = lower_bound(spec, cluster, costs[compression], compression)
             diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
             rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
                            "buckets": len(plan.buckets) if plan is not None else 0,
@@ -323,8 +339,9 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 # -- the driver --------------------------------------------------------------------------------------
 
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
-             block: int, timeout: float) -> dict:
-    """One testbed of 2 nodes at `rate`, the worker on each node (pinned to its own core); rank 0's report."""
+             block: int, timeout: float, nodes: int = 2) -> dict:
+    """One testbed of `nodes` nodes at `rate`, the worker on each node (pinned to its own core, cycling
+    over the cores when there are more nodes than cores); rank 0's report."""
     from aiacc.distributed.launch import launch_local
     from aiacc.distributed.testbed import Testbed
 
@@ -339,7 +356,7 @@ def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple
             for k, r in enumerate(res):
                 r.node = k
         else:
-            with Testbed(2, rate) as tb:
+            with Testbed(nodes, rate) as tb:
                 res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0, env=env)
         for r in res:
             if r.returncode != 0:
@@ -356,8 +373,11 @@ def table(reports: dict[str, dict]):
     """The rich table of every link's report."""
     from rich.table import Table
 
-    t = Table(title="Data-parallel step on the emulated cluster: 2 nodes x 1 rank (gloo, each node on its own core), "
-                    "medians of interleaved steps")
+    nodes = next(iter(reports.values()))["cluster"]["nodes"] if reports else 2
+    cores = len(os.sched_getaffinity(0))
+    t = Table(title=f"Data-parallel step on the emulated cluster: {nodes} nodes x 1 rank (gloo, "
+                    + ("each node on its own core" if nodes <= cores else f"{nodes} ranks on {cores} cores: oversubscribed")
+                    + "), medians of interleaved steps")
     for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
                 "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "max |param - DDP|"):
         t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
@@ -392,6 +412,8 @@ def main() -> None:
     ap.add_argument("--profile-reps", type=int, default=5, help="profiled steps for the measured compute")
     ap.add_argument("--block", type=int, default=2, help="consecutive steps of a candidate per round (default 2)")
     ap.add_argument("--json", help="also write the raw reports here")
+    ap.add_argument("--nodes", type=int, default=2, help="testbed nodes (1 rank each); more nodes than cores "
+                    "oversubscribe them (ranks then share a core: say so when quoting the figures)")
     ap.add_argument("--loopback", action="store_true", help="2 ranks over loopback instead of the testbed "
                     "(no root needed; no link shaping: --rates is ignored)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -418,13 +440,15 @@ def main() -> None:
     for rate in args.rates.split(","):
         t0 = time.monotonic()
         reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, args.block,
-                                 timeout=1800)
+                                 timeout=1800, nodes=args.nodes)
         c = reports[rate]["cluster"]
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "
                       f"compute {c['compute_slowdown']:.2f}x / all-reduce {c['comm_slowdown']:.2f}x slower when "
                       f"both run; all-reduce ms at " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
                                                                   reports[rate]["samples"]) +
+                      "; fp16 " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
+                                            reports[rate].get("samples_fp16", ())) +
                       f" ({time.monotonic() - t0:.0f} s)", highlight=False)
     console.print(table(reports))
     for rate, rep in reports.items():  # plans that are not aiacc's own (the planner's fallback), marked *

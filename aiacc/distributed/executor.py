@@ -241,32 +241,108 @@ class PlanExecutor:
                             f"{len(self.buckets)} buckets once, in issue order")
 
 
+class ArrayReducer:
+    """All-reduces numpy gradients (TensorFlow / MXNet) handed over one at a time, in the order backward
+    produced them, on a plan: `add()` starts every bucket that is full (its all-reduce runs on the
+    transport's thread while the caller goes on, e.g. waits for the framework's next gradient), and
+    `finished()` yields, bucket by bucket in issue order, the gradients whose reduction is complete, so
+    the caller can apply their update while later buckets are still on the wire.
+
+    entries: (name, shape, dtype) in forward order. The plan is rank 0's (`plan_for`); `model_spec`
+    gives its layers and timing (e.g. from the IR's `gradient_specs_from_graph`)."""
+
+    def __init__(self, entries: Sequence[tuple[str, tuple, Any]], *, plan: str | Plan = "aiacc",
+                 average: bool = True, compression: str = "none", model_spec=None):
+        require()
+        self.key = tuple((n, tuple(s), np.dtype(d).str) for n, s, d in entries)
+        self.names = [n for n, _, _ in entries]
+        p, order, spec = plan_for([(n, s, np.dtype(d)) for n, s, d in entries], plan, compression=compression,
+                                  model_spec=model_spec)
+        self.executor = PlanExecutor(p, order, {g.name: g.numel for g in spec.gradients()}, average=average,
+                                     compression=compression,
+                                     dtypes={n: torch.from_numpy(np.zeros(0, d)).dtype for n, _, d in entries})
+        self.backward_names = [g.name for g in spec.gradients()]  # the order backward produces them
+        if sorted(self.backward_names) != sorted(self.names):
+            extra = sorted(set(self.backward_names) ^ set(self.names))
+            raise CommError(f"the model spec's gradients are not the ones given (first difference: {extra[0]})")
+        last = {n: max(pos for pos, _ in self.executor.holders[n]) for n in self.names}
+        # issue position -> the gradients whose last bucket it is (complete once it has been waited for)
+        self.completes_at = [[n for n in self.names if last[n] == pos] for pos in range(len(self.executor.buckets))]
+        # the last step's events in order: ("add", name), ("start", bucket), ("done", names); a caller
+        # that updates per bucket adds ("update", names)
+        self.events: list[tuple[str, Any]] = []
+        self._ended = True
+
+    @property
+    def plan(self) -> Plan:
+        """The plan in use."""
+        return self.executor.plan
+
+    def add(self, name: str, array: np.ndarray) -> None:
+        """Gradient `name` of this step: into its bucket(s); every bucket now full starts its all-reduce."""
+        if self._ended:  # the first gradient of a new step
+            self.events, self._ended = [], False
+        a = np.ascontiguousarray(array)
+        # whole tensors are copied into the bucket buffers; a tensor cut into pieces gets its result
+        # copied back into the array it was given as, which must be our own
+        whole = all(slot.whole for _, slot in self.executor.holders.get(name, ()))
+        started = self.executor.next
+        self.executor.ready(name, torch.from_numpy(a if whole and a.flags.writeable else a.copy()))
+        self.events.append(("add", name))
+        self.events.extend(("start", pos) for pos in range(started, self.executor.next))
+
+    def finished(self):
+        """Yield {name: averaged gradient (a new array)} per bucket, in issue order, as each all-reduce
+        completes (empty buckets' worth skipped); after the last, the step is checked and ended
+        (`PlanExecutor.wait`: every piece of every bucket reduced exactly once)."""
+        ex = self.executor
+        started = ex.next
+        ex.complete()
+        self.events.extend(("start", pos) for pos in range(started, ex.next))
+        for pos in range(len(ex.buckets)):
+            ex.wait_for([pos])
+            done = self.completes_at[pos]
+            if done:
+                self.events.append(("done", list(done)))
+                # the bucket buffers are reused by the next step: hand out copies
+                yield {n: ex.tensors[n].numpy().copy() for n in done}
+        ex.wait()
+        self._ended = True
+
+    def reduce(self, named: Sequence[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """All of a step's gradients at once, added in backward's order: the averaged arrays."""
+        given = dict(named)
+        for name in self.backward_names:
+            self.add(name, given[name])
+        out: dict[str, np.ndarray] = {}
+        for part in self.finished():
+            out.update(part)
+        return [out[n] for n, _ in named]
+
+
 def allreduce_arrays(named: Sequence[tuple[str, np.ndarray]], *, plan: str | Plan = "aiacc",
                      average: bool = True, compression: str = "none",
                      cache: dict | None = None) -> list[np.ndarray]:
     """All-reduce numpy arrays (TensorFlow / MXNet gradients) following a plan; returns new arrays.
 
-    `cache` keeps the plan between calls with the same names and shapes."""
+    `cache` keeps the plan between calls with the same names and shapes (cache["executor"] is the
+    PlanExecutor, cache["reducer"] the ArrayReducer)."""
     require()
     arrays = [np.ascontiguousarray(a) for _, a in named]
     if dist.get_world_size() == 1:
         return [a.copy() for a in arrays]
-    key = tuple((n, a.shape, a.dtype.str) for (n, _), a in zip(named, arrays))
+    reducer = cached_reducer([(n, a.shape, a.dtype) for (n, _), a in zip(named, arrays)], cache, plan=plan,
+                             average=average, compression=compression)
+    return reducer.reduce([(n, a) for (n, _), a in zip(named, arrays)])
+
+
+def cached_reducer(entries: Sequence[tuple[str, tuple, Any]], cache: dict | None, **kw) -> ArrayReducer:
+    """The ArrayReducer of `cache` when it was made for the same (name, shape, dtype) entries, else a new
+    one (kept in `cache`: cache["reducer"], cache["executor"])."""
+    key = tuple((n, tuple(s), np.dtype(d).str) for n, s, d in entries)
     if cache is not None and cache.get("key") == key:
-        executor = cache["executor"]
-    else:
-        params = [(n, a.shape, a.dtype) for (n, _), a in zip(named, arrays)]
-        p, order, spec = plan_for(params, plan, compression=compression)
-        executor = PlanExecutor(p, order, {g.name: g.numel for g in spec.gradients()}, average=average,
-                                compression=compression,
-                                dtypes={n: torch.from_numpy(a[:0]).dtype for (n, _), a in zip(named, arrays)})
-        if cache is not None:
-            cache["key"], cache["executor"] = key, executor
-    # gradients arrive all at once here: mark them in the order backward produced them (reverse). Whole
-    # tensors are copied straight into the bucket buffers; pieces of cut tensors need their own copy.
-    for (name, _), a in reversed(list(zip(named, arrays))):
-        whole = all(slot.whole for _, slot in executor.holders.get(name, ()))
-        executor.ready(name, torch.from_numpy(a if whole and a.flags.writeable else a.copy()))
-    done = executor.wait()
-    # the bucket buffers are reused by the next call: hand out copies
-    return [done[name].numpy().copy() for name, _ in named]
+        return cache["reducer"]
+    reducer = ArrayReducer(entries, **kw)
+    if cache is not None:
+        cache["key"], cache["reducer"], cache["executor"] = key, reducer, reducer.executor
+    return reducer

@@ -25,6 +25,8 @@ FALLBACK_MARGIN = 0.03  # the predicted gain aiacc's own plan needs over DDP-lik
 # on a line)
 CALIBRATION_SIZES = (1, 1 << 8, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _SAMPLES: list[tuple[int, float]] = []
+_SAMPLES16: list[tuple[int, float]] = []
+FP16_MIN_NUMEL = 1 << 8  # fp16 samples from 256 elements up (the sizes of buckets an fp16 plan sends)
 
 
 def cluster_shape(world: int) -> tuple[int, int]:
@@ -67,20 +69,22 @@ def cluster_from_fit(latency: float, coef: float, world: int, nodes: int) -> Clu
                        intra_bandwidth=bw, intra_latency=lat)
 
 
-def measurements() -> list[tuple[int, float]]:
-    """The (bytes, seconds) all-reduce times `calibrate` measured (rank 0's), empty before or when skipped."""
-    return list(_SAMPLES)
+def measurements(dtype: str = "float32") -> list[tuple[int, float]]:
+    """The (bytes, seconds) all-reduce times `calibrate` measured (rank 0's) of float32 or "float16"
+    payloads, empty before or when skipped."""
+    return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
 
 
 def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> ClusterSpec:
-    """The job's cluster as measured on the actual process group: the median of `reps` all-reduces of
-    each of `sizes` float32 elements (the median, not the fastest: a training step pays the typical
-    time, scheduling delays of a loaded core included), kept as the cluster's `allreduce_samples` (the
-    cost model interpolates them), with the least-squares alpha-beta line through them as the
-    ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE ranks per node), and the contention
-    of compute and communication (`measure_contention`). Rank 0's measurement is shared by all ranks so
-    that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips the measurement and assumes that network
-    between nodes."""
+    """The job's cluster as measured on the actual process group: for each of `sizes` float32 elements,
+    the median over `reps` batches of the mean time of back-to-back all-reduces (the median, not the
+    fastest: a training step pays the typical time, scheduling delays of a loaded core included), kept
+    as the cluster's `allreduce_samples` (the cost model interpolates them), with the least-squares
+    alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
+    ranks per node); the same in float16 from FP16_MIN_NUMEL elements up (`allreduce_samples_fp16`, for
+    fp16 compression); and the contention of compute and communication (`measure_contention`). Rank
+    0's measurement is shared by all ranks so that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips
+    the measurement and assumes that network between nodes."""
     global _CLUSTER
     if _CLUSTER is not None:
         return _CLUSTER
@@ -91,27 +95,39 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
         _CLUSTER = ClusterSpec(nodes=nodes, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
         return _CLUSTER
 
-    def timed(n: int) -> float:
-        t = torch.zeros(n)
+    def timed(n: int, dtype=torch.float32) -> float:
+        t = torch.zeros(n, dtype=dtype)
         if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
             collective("calibration all-reduce", lambda: dist.all_reduce(t))
+        # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
+        # the link's burst allowance (a token bucket, a TCP window) and looked cheaper than it is in a
+        # stream. Each batch's mean; the median over batches. Small messages are cheap to time and their
+        # cost is mostly scheduling noise on a loaded core: 3 per batch up to 1 MB, else 2.
         times = []
-        for _ in range(reps):
+        small = t.element_size() * n <= 1 << 20
+        for _ in range(reps if small else max(3, (reps + 1) // 2)):
             collective("calibration barrier", dist.barrier)
+            k = 3 if small else 2
             t0 = time.perf_counter()
-            collective("calibration all-reduce", lambda: dist.all_reduce(t))
-            times.append(time.perf_counter() - t0)
+            for _ in range(k):
+                collective("calibration all-reduce", lambda: dist.all_reduce(t))
+            times.append((time.perf_counter() - t0) / k)
         return float(np.median(times))
 
     samples = [(4 * n, timed(n)) for n in sizes]
+    # fp16 payloads (compression): gloo sums float16 on the CPU at its own rate per byte
+    samples16 = [(2 * n, timed(n, torch.float16)) for n in sizes if n >= FP16_MIN_NUMEL]
     mid = min(sizes, key=lambda n: abs(n - (1 << 20)))  # 4 MB: a typical bucket
     slowdowns = measure_contention(mid, dict(samples)[4 * mid], reps)
-    samples, slowdowns = broadcast_object((samples, slowdowns), 0, "calibration")
+    samples, samples16, slowdowns = broadcast_object((samples, samples16, slowdowns), 0, "calibration")
     _SAMPLES[:] = samples
+    _SAMPLES16[:] = samples16
     lat, coef = fit_alpha_beta(samples)
     _CLUSTER = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), compute_slowdown=slowdowns[0],
                                    comm_slowdown=slowdowns[1],
-                                   allreduce_samples=tuple((float(b), float(t)) for b, t in samples))
+                                   allreduce_samples=tuple((float(b), float(t)) for b, t in samples),
+                                   allreduce_samples_fp16=tuple((float(b), float(t)) for b, t in samples16)
+                                   if len(samples16) >= 2 else None)
     return _CLUSTER
 
 

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from aiacc.core.comm import ClusterSpec, CommError, CostModel  # noqa: E402
+from aiacc.core.comm.cost import isotonic  # noqa: E402
 from aiacc.distributed.planning import CALIBRATION_SIZES, cluster_from_fit, fit_alpha_beta  # noqa: E402
 
 
@@ -68,8 +69,10 @@ def test_calibration_on_two_testbed_nodes_is_a_two_node_cluster(tmp_path):
     # the cluster carries the samples, so the cost model charges what was measured
     assert [tuple(x) for x in c["allreduce_samples"]] == [tuple(x) for x in got["samples"]]
     cost = CostModel(ClusterSpec(**{**c, "allreduce_samples": tuple(map(tuple, c["allreduce_samples"]))}))
-    for b, t in got["samples"]:
-        assert cost.time(b) <= t + 1e-12  # a noisy sample above a larger one is lowered, never raised
+    # the isotonic fit of the samples: non-decreasing, each run out of order replaced by its mean
+    fitted = [cost.time(b) for b, _ in got["samples"]]
+    assert all(a <= b + 1e-15 for a, b in zip(fitted, fitted[1:]))
+    assert np.allclose(fitted, isotonic([t for _, t in got["samples"]]))
     assert c["inter_bandwidth"] > 0 and c["compute_slowdown"] >= 1 and c["comm_slowdown"] >= 1
 
 
@@ -79,7 +82,10 @@ def test_measured_costs_interpolate_the_samples_and_bound_them_below():
     cost = CostModel(c)
     assert cost.best_algorithm(1000) == "measured"
     assert cost.time(1 << 20) == pytest.approx(8e-3)
-    assert cost.time(1 << 14) == pytest.approx(3e-3)  # lowered to the larger message's time
+    # out of order with the larger message's 3 ms: both become their mean (a fast larger sample no longer
+    # makes the smaller message look cheap)
+    assert cost.time(1 << 14) == pytest.approx(3.5e-3) and cost.time(1 << 16) == pytest.approx(3.5e-3)
+    assert list(isotonic([1, 3, 2, 2, 5, 0, 6])) == pytest.approx([1, 7 / 3, 7 / 3, 7 / 3, 2.5, 2.5, 6])
     mid = (1 << 20) + ((1 << 24) - (1 << 20)) / 2
     assert cost.time(mid) == pytest.approx((8e-3 + 0.14) / 2)
     assert cost.time(1 << 25) > cost.time(1 << 24)  # beyond the largest sample: its average rate
@@ -89,3 +95,24 @@ def test_measured_costs_interpolate_the_samples_and_bound_them_below():
     assert all(line(x) <= cost.time(float(x)) + 1e-15 for x in np.geomspace(1, 1 << 26, 200))
     with pytest.raises(CommError, match="allreduce_samples"):
         ClusterSpec(2, 1, 1.25e8, allreduce_samples=((4.0, 1e-3),))
+
+
+def test_fp16_plans_are_charged_the_fp16_samples():
+    fp32 = ((4.0, 1e-4), (1 << 20, 8e-3), (1 << 24, 0.12))
+    fp16 = ((2.0, 1e-4), (1 << 19, 6e-3), (1 << 23, 0.09))  # dearer per byte than fp32 (gloo sums fp16 on the CPU)
+    c = ClusterSpec(2, 1, 1.25e8, allreduce_samples=fp32, allreduce_samples_fp16=fp16)
+    assert CostModel(c).time(1 << 23) == pytest.approx(CostModel(ClusterSpec(2, 1, 1.25e8, allreduce_samples=fp32)).time(1 << 23))
+    assert CostModel(c, compression="fp16").time(1 << 23) == pytest.approx(0.09)
+    assert CostModel(c, compression="fp16").time(1 << 23) > CostModel(c).time(1 << 23)
+    # the simulator and the lower bound of an fp16 plan use them by default
+    from aiacc.core.comm import gradient_specs_from_params, lower_bound, simulate
+    from aiacc.core.comm.strategies import ddp
+
+    m = gradient_specs_from_params([("w", (1 << 21,), "float32")], forward_s=1e-3, backward_s=1e-3)
+    plan = ddp(m, c, compression="fp16")
+    assert simulate(m, c, plan).iteration_s == pytest.approx(
+        simulate(m, c, plan, CostModel(c, compression="fp16")).iteration_s)
+    assert simulate(m, c, plan).iteration_s > simulate(m, c, plan, CostModel(c)).iteration_s
+    assert lower_bound(m, c, compression="fp16") <= simulate(m, c, plan).iteration_s + 1e-12
+    with pytest.raises(CommError, match="allreduce_samples_fp16"):
+        ClusterSpec(2, 1, 1.25e8, allreduce_samples_fp16=((4.0, 1e-3),))

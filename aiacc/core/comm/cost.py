@@ -43,24 +43,30 @@ class Linear:
 class CostModel:
     """All-reduce times on a cluster."""
 
-    def __init__(self, cluster: ClusterSpec, algorithm: str = "auto"):
+    def __init__(self, cluster: ClusterSpec, algorithm: str = "auto", compression: str = "none"):
         if algorithm not in ALGORITHMS:
             raise CommError(f"unknown all-reduce algorithm {algorithm!r}; expected one of {ALGORITHMS}")
         self.cluster = cluster
         self.algorithm = algorithm
         self.terms = self._terms()
-        self.measured = self._measured(cluster.allreduce_samples) if cluster.allreduce_samples else None
+        # messages of an fp16 plan are charged the fp16 samples where measured (else the fp32 ones, per byte)
+        samples = cluster.allreduce_samples
+        if compression == "fp16" and cluster.allreduce_samples_fp16:
+            samples = cluster.allreduce_samples_fp16
+        self.measured = self._measured(samples) if samples else None
 
     @staticmethod
     def _measured(samples) -> tuple[np.ndarray, np.ndarray]:
-        """The interpolation table of measured samples: times made non-decreasing in size (a larger
-        message never costs less; a noisy small sample above a larger one is lowered), one point per size."""
+        """The interpolation table of measured samples: one point per size (the smallest time of a size
+        given twice), made non-decreasing in size by the isotonic least-squares fit (`isotonic`): a
+        larger message never costs less, and a pair out of order is replaced by its mean, not by the
+        lower of the two (lowering every smaller sample to a fast larger one made plans of many small
+        buckets look cheaper than they ran)."""
         by_size: dict[float, float] = {}
         for b, t in samples:
             by_size[float(b)] = min(by_size.get(float(b), float("inf")), float(t))
         xs = np.array(sorted(by_size))
-        ys = np.minimum.accumulate(np.array([by_size[x] for x in xs])[::-1])[::-1]
-        return xs, ys
+        return xs, isotonic(np.array([by_size[x] for x in xs]))
 
     def _interp(self, nbytes):
         xs, ys = self.measured
@@ -121,6 +127,19 @@ class CostModel:
             return Linear(max(0.0, lat - coef * float(xs[0])), coef)
         ts = list(self.terms.values()) if self.algorithm == "auto" else [self.terms[self.algorithm]]
         return Linear(min(t.latency for t in ts), min(t.coef for t in ts))
+
+
+def isotonic(ys) -> np.ndarray:
+    """The non-decreasing sequence closest to `ys` in least squares (pool-adjacent-violators): each run
+    of values out of order becomes its mean."""
+    blocks: list[list[float]] = []  # [sum, count]
+    for y in map(float, ys):
+        blocks.append([y, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+    return np.concatenate([np.full(int(n), s / n) for s, n in blocks]) if blocks else np.array([])
 
 
 class LinearCost:

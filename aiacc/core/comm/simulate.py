@@ -51,7 +51,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
     of a layer waits for that layer's gradients) or "step" (it waits for all of them)."""
     if sync not in ("layer", "step"):
         raise CommError(f"unknown sync {sync!r}; expected 'layer' or 'step'")
-    cost = cost or CostModel(cluster)
+    cost = cost or CostModel(cluster, compression=plan.compression)
     if validate:
         plan.validate(model)
     if cluster.contended:
@@ -252,7 +252,7 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     import numpy as np
     from aiacc.core.comm.plan import COMPRESSIONS
 
-    cost = cost or CostModel(cluster)
+    cost = cost or CostModel(cluster, compression=compression)
     if cluster.world_size == 1:
         return model.forward_s + model.backward_s
     # the argument below needs a concave cost; measured (interpolated) costs are bounded by the line

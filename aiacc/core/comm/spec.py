@@ -113,7 +113,9 @@ class ClusterSpec:
     `allreduce_samples`: measured (bytes, seconds) of whole all-reduces on the job's process group
     (calibrate). Where given, the cost model interpolates them (a real transport is not a straight
     alpha-beta line: a TCP stack or a token bucket makes mid-sized messages dearer than the line through
-    the smallest and largest) instead of the ring formulas of the links.
+    the smallest and largest) instead of the ring formulas of the links. `allreduce_samples_fp16`: the
+    same for float16 payloads (bytes of float16), which a CPU transport sums at another rate per byte;
+    the cost model of an fp16-compressed plan uses them where given.
     """
 
     nodes: int
@@ -125,6 +127,7 @@ class ClusterSpec:
     compute_slowdown: float = 1.0
     comm_slowdown: float = 1.0
     allreduce_samples: tuple[tuple[float, float], ...] | None = None
+    allreduce_samples_fp16: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -136,10 +139,10 @@ class ClusterSpec:
         for k in ("inter_latency", "intra_latency"):
             if getattr(self, k) < 0:
                 raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
-        if self.allreduce_samples is not None:
-            pts = self.allreduce_samples
-            if len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts):
-                raise CommError(f"cluster allreduce_samples need at least 2 distinct non-negative "
+        for k in ("allreduce_samples", "allreduce_samples_fp16"):
+            pts = getattr(self, k)
+            if pts is not None and (len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts)):
+                raise CommError(f"cluster {k} need at least 2 distinct non-negative "
                                 f"(bytes, seconds) pairs, got {pts!r:.200}")
         for k in ("compute_slowdown", "comm_slowdown"):
             if not getattr(self, k) >= 1.0:

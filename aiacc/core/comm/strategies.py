@@ -134,7 +134,7 @@ def dp_buckets(pieces, cost: CostModel, cap: float | None = None) -> list[tuple[
 def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None = None, cap: float | None = None,
             scheduling: str = "priority", compression: str = "none", cost: CostModel | None = None) -> Plan:
     """Buckets from `dp_buckets` over the gradients cut at `partition` bytes."""
-    cost = cost or CostModel(cluster)
+    cost = cost or CostModel(cluster, compression=compression)
     pieces = _pieces(model, partition, compression)
     buckets = tuple(Bucket(tuple(p for p, _, _, _ in pieces[j:i]), priority=min(l for _, _, l, _ in pieces[j:i]))
                     for j, i in dp_buckets(pieces, cost, cap))
@@ -142,6 +142,7 @@ def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None =
                 params={"partition": partition, "cap": cap, "scheduling": scheduling})
 
 
+DDP_DEFAULT_MB = 25  # torch DDP's bucket_cap_mb
 DDP_SWEEP_MB = (1, 2, 5, 10, 25, 50)  # DDP bucket caps the planner tries (DDP's best of a sweep, as a user tunes it)
 
 
@@ -160,8 +161,9 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     fallback_margin: where the costs are measured (and so uncertain), a plan of aiacc's own must beat
     the best DDP-like plan (the DDP sweep) by more than this fraction of the step, else that DDP-like
     plan is returned (fewer, larger messages: the safer choice when the model says aiacc cannot win);
-    its `notes` say so. Returns (plan, its result, all results)."""
-    cost = cost or CostModel(cluster)
+    its `notes` say so; that DDP-like plan is DDP's default bucketing (DDP_DEFAULT_MB) unless another
+    bucket size is predicted faster than it by the same margin. Returns (plan, its result, all results)."""
+    cost = cost or CostModel(cluster, compression=compression)
     lin = cost.bound_terms()
     total = max(1, sum(g.numel for g in model.gradients()) * 4)
     # the size at which latency is 1/16 of the transfer; scan a factor of 64 around it
@@ -190,14 +192,22 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
     best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds, sync=sync)
     if ddp_like and fallback_margin > 0:
+        # two steps, each needing the margin: aiacc's own plan over the best DDP-like plan, and a DDP-like
+        # plan of another bucket size over DDP's default (25 MB), so that what runs is DDP's own
+        # bucketing unless the measured model predicts a clear gain
         d = min(ddp_like, key=lambda i: (results[i].iteration_s, results[i].messages))
+        default = next(i for i in ddp_like if candidates[i].params["bucket_cap"] == DDP_DEFAULT_MB * MB)
+        if d != default and results[d].iteration_s >= results[default].iteration_s * (1 - fallback_margin):
+            d = default
         if best_res.iteration_s >= results[d].iteration_s * (1 - fallback_margin) and k != d:
             gain = 1 - best_res.iteration_s / results[d].iteration_s
             p = candidates[d]
             best = Plan("aiacc", p.buckets, p.scheduling, compression,
                         notes=f"fallback to DDP-like buckets of {p.params['bucket_cap'] / MB:g} MB: the measured "
                               f"model predicts aiacc's own plan ({len(best.buckets)} buckets) only "
-                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin",
+                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin"
+                              + ("" if d != default else f" (and no other bucket size {fallback_margin:.0%} faster "
+                                                          f"than DDP's default)"),
                         params={**p.params, "fallback": True})
             best_res = results[d]
     return best, best_res, results + [best_res]
@@ -292,6 +302,6 @@ def make_plan(strategy: str, model: ModelSpec, cluster: ClusterSpec, **kw) -> Pl
 
 def compare(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none") -> dict[str, SimResult]:
     """Simulated iteration of every strategy on one model and cluster."""
-    cost = CostModel(cluster)
+    cost = CostModel(cluster, compression=compression)
     return {name: simulate(model, cluster, make_plan(name, model, cluster, compression=compression), cost)
             for name in STRATEGIES}

@@ -137,9 +137,17 @@ def test_fallback_to_ddp_like_buckets_is_taken_and_said_when_aiacc_cannot_win_by
     ddp_best = min(simulate(m, c, ddp(m, c, bucket_cap=cap * MB), sync="step").iteration_s for cap in DDP_SWEEP_MB)
     gain = 1 - own_res.iteration_s / ddp_best
     # a margin above the gain the model predicts: the DDP-like plan is returned, and its notes say why
-    plan, res, _ = aiacc_search(m, c, sync="step", fallback_margin=gain + 0.05)
+    margin = gain + 0.05
+    plan, res, _ = aiacc_search(m, c, sync="step", fallback_margin=margin)
     assert plan.params.get("fallback") and "fallback to DDP-like buckets" in plan.notes
-    assert res.iteration_s == pytest.approx(ddp_best)
+    # the fallback is DDP's default bucketing unless another bucket size beats it by the margin too
+    default = simulate(m, c, ddp(m, c, bucket_cap=25 * MB), sync="step").iteration_s
+    assert res.iteration_s == pytest.approx(ddp_best if ddp_best < default * (1 - margin) else default)
+    # a margin above the gain of the best bucket size over DDP's default: DDP's default runs
+    wide = 1 - ddp_best / default + 0.02
+    plan, res, _ = aiacc_search(m, c, sync="step", fallback_margin=wide)
+    assert plan.params.get("fallback") and plan.params["bucket_cap"] == 25 * MB and "DDP's default" in plan.notes
+    assert res.iteration_s == pytest.approx(default)
     plan.validate(m)
     # a margin the plan clears: aiacc's own plan stays
     if gain > 1e-3:

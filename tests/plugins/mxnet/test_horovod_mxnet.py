@@ -48,10 +48,13 @@ def train(net, trainer, rows):
     return [p.data().asnumpy() for p in net.collect_params().values()]
 
 
-def reference():
+OPT_PARAMS = {"sgd": {"learning_rate": 0.1, "momentum": 0.9}, "adam": {"learning_rate": 0.01}}
+
+
+def reference(optimizer="sgd"):
     mx = mxnet()
     net = build(100)
-    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=None)
+    trainer = mx.gluon.Trainer(net.collect_params(), optimizer, OPT_PARAMS[optimizer], kvstore=None)
     return train(net, trainer, slice(None))
 
 
@@ -63,13 +66,18 @@ def worker(out):
     r, n = hvd.rank(), hvd.size()
     per = GLOBAL_BATCH // n
     res = {}
-    for label, kw in (("aiacc", {}), ("fp16", {"compression": hvd.Compression.fp16}), ("ddp", {"plan": "ddp"})):
+    for label, kw in (("aiacc", {}), ("fp16", {"compression": hvd.Compression.fp16}), ("ddp", {"plan": "ddp"}),
+                      ("sync", {"overlap": False}), ("ptensor", {"plan": "per-tensor"}),
+                      ("adam", {"plan": "per-tensor", "optimizer": "adam"})):
         net = build(100 + r)
         params = net.collect_params()
         hvd.broadcast_parameters(params, root_rank=0)
-        trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, **kw)
+        optimizer = kw.pop("optimizer", "sgd")
+        trainer = hvd.DistributedTrainer(params, optimizer, OPT_PARAMS[optimizer], **kw)
         for i, v in enumerate(train(net, trainer, slice(r * per, (r + 1) * per))):
             res[f"{label}/{i}"] = v
+        if label == "ptensor":  # what overlapped in the last step
+            res["events"] = np.array([f"{kind} {what}" for kind, what in trainer._aiacc_cache["reducer"].events])
         res[f"{label}/bytes"] = np.array(trainer._aiacc_cache["executor"].bytes_last_step)  # handed to all_reduce
     res["allreduce"] = hvd.allreduce(mxnet().nd.array([r + 1.0])).asnumpy()
     # ranks holding different parameters: every rank gets a clear error, and the job goes on
@@ -84,6 +92,7 @@ def worker(out):
     res["after"] = hvd.allreduce(mxnet().nd.array([2.0 * r])).asnumpy()
     if r == 0:  # the single-process reference on the combined batch
         res.update({f"ref/{i}": v for i, v in enumerate(reference())})
+        res.update({f"ref-adam/{i}": v for i, v in enumerate(reference("adam"))})
     np.savez(f"{out}.{r}.npz", **res)
     hvd.shutdown()
 
@@ -106,11 +115,18 @@ def _check(ranks):
     r0, r1 = ranks
     ref = [r0[f"ref/{i}"] for i in range(len([k for k in r0.files if k.startswith("ref/")]))]
     assert len(ref) == 4
-    for label in ("aiacc", "fp16", "ddp"):
+    ref_adam = [r0[f"ref-adam/{i}"] for i in range(len(ref))]
+    for label in ("aiacc", "fp16", "ddp", "sync", "ptensor", "adam"):
         tol = 2e-2 if label == "fp16" else 1e-5
-        for i, want in enumerate(ref):
+        for i, want in enumerate(ref_adam if label == "adam" else ref):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} param {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} param {i}")
+    # what overlapped (one bucket per parameter): each bucket's all-reduce started as soon as its gradient
+    # was taken from the engine, before the next gradient (backward still running), and each bucket's
+    # update was pushed before the next bucket was waited for
+    ev = [str(e) for e in r0["events"]]
+    assert [e.split()[0] for e in ev] == ["add", "start"] * 4 + ["done", "update"] * 4, ev
+    assert [e.split()[1].split(":")[0] for e in ev if e.startswith("add")] == ["3", "2", "1", "0"]  # backward order
     # fp16 really went over the wire in fp16: half the bytes, and rounded results
     assert 2 * int(r0["fp16/bytes"]) == int(r0["aiacc/bytes"]) == 4 * sum(v.size for v in ref)
     assert not all(np.array_equal(r0[f"fp16/{i}"], r0[f"aiacc/{i}"]) for i in range(len(ref)))

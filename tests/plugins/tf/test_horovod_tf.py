@@ -53,7 +53,8 @@ def reference():
 
     tape = train(build(100), lambda t: t, slice(None))
     fit = train(build(100), None, slice(None), keras_fit=True, opt=keras.optimizers.SGD(0.1, momentum=0.9))
-    return tape, fit
+    adam = train(build(100), lambda t: t, slice(None), opt=keras.optimizers.Adam(0.01))
+    return tape, fit, adam
 
 
 def worker(out):
@@ -79,11 +80,28 @@ def worker(out):
         for i, v in enumerate(train(model, wrap, mine)):
             res[f"{label}/{i}"] = v
         res[f"{label}/bytes"] = np.array(tapes[-1]._cache["executor"].bytes_last_step)  # handed to all_reduce
+    # Keras fit: the update of each bucket overlapped with the reduction of later ones (default), the
+    # synchronous path, and the plan made from the IR's gradient specs of the traced model
+    for label, kw in (("fit", {}), ("fit-sync", {"overlap": False}), ("fit-ir", {"model": True, "plan": "per-tensor"})):
+        model = build(100 + r)
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        if kw.get("model"):
+            kw = {**kw, "model": model}
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), **kw)
+        for i, v in enumerate(train(model, None, mine, keras_fit=True, opt=opt)):
+            res[f"{label}/{i}"] = v
+        if label == "fit-ir":
+            spec = opt._aiacc_cache["spec"]
+            res["fit-ir/spec"] = np.array([g.name for g in spec.gradients()])
+    # eager apply, one bucket per tensor, Adam (its step counter must advance once per apply): the events
+    # show every all-reduce started before the first update, and updates between the waits
     model = build(100 + r)
     hvd.broadcast_variables(model.variables, root_rank=0)
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
-    for i, v in enumerate(train(model, None, mine, keras_fit=True, opt=opt)):
-        res[f"fit/{i}"] = v
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01), plan="per-tensor")
+    for i, v in enumerate(train(model, lambda t: t, mine, opt=opt)):
+        res[f"adam/{i}"] = v
+    res["adam/events"] = np.array([f"{kind} {what}" for kind, what in opt._aiacc_cache["reducer"].events])
+    res["adam/iterations"] = np.array(int(opt.iterations.numpy()))
     res["allreduce"] = hvd.allreduce(np.array([r + 1.0], dtype="float32")).numpy()
     # ranks holding different variables: every rank gets a clear error, and the job goes on
     import keras
@@ -96,7 +114,8 @@ def worker(out):
         res["mismatch"] = np.array(f"{type(e).__name__}: {e}")
     res["after"] = hvd.allreduce(np.array([2.0 * r], dtype="float32")).numpy()
     if r == 0:  # the single-process reference on the combined batch (saves importing TF in pytest)
-        ref_tape, ref_fit = reference()
+        ref_tape, ref_fit, ref_adam = reference()
+        res.update({f"ref-adam/{i}": v for i, v in enumerate(ref_adam)})
         res.update({f"ref-tape/{i}": v for i, v in enumerate(ref_tape)})
         res.update({f"ref-fit/{i}": v for i, v in enumerate(ref_fit)})
     np.savez(f"{out}.{r}.npz", **res)
@@ -125,13 +144,21 @@ def _check(ranks):
     r0, r1 = ranks
     n = len([k for k in r0.files if k.startswith("ref-tape/")])
     assert n == 4
-    ref_tape, ref_fit = ([r0[f"{kind}/{i}"] for i in range(n)] for kind in ("ref-tape", "ref-fit"))
+    ref_tape, ref_fit, ref_adam = ([r0[f"{kind}/{i}"] for i in range(n)] for kind in ("ref-tape", "ref-fit", "ref-adam"))
     for label, ref in (("tape", ref_tape), ("tape-fp16", ref_tape), ("tape-bytescheduler", ref_tape),
-                       ("fit", ref_fit)):
+                       ("fit", ref_fit), ("fit-sync", ref_fit), ("fit-ir", ref_fit), ("adam", ref_adam)):
         tol = 2e-2 if "fp16" in label else 1e-5
         for i, want in enumerate(ref):
             np.testing.assert_array_equal(r0[f"{label}/{i}"], r1[f"{label}/{i}"], err_msg=f"{label} variable {i}")
             np.testing.assert_allclose(r0[f"{label}/{i}"], want, rtol=tol, atol=tol, err_msg=f"{label} variable {i}")
+    # the IR's specs name every variable, in the order the forward reads them
+    assert [s.split(":")[0] for s in r0["fit-ir/spec"]] == [str(i) for i in range(n)][::-1]  # backward order
+    # what overlaps (eager apply, 4 buckets): all 4 all-reduces start before the first wait, and each
+    # bucket's update runs before the next bucket is waited for (the later ones are still on the wire)
+    ev = [str(e) for e in r0["adam/events"]]
+    kinds = [e.split()[0] for e in ev]
+    assert kinds == ["add", "start"] * 4 + ["done", "update"] * 4, ev
+    assert int(r0["adam/iterations"]) == STEPS  # one step of the counter per apply, not per bucket
     # fp16 really went over the wire in fp16: half the bytes, and rounded results
     assert 2 * int(r0["tape-fp16/bytes"]) == int(r0["tape/bytes"]) == 4 * sum(v.size for v in ref_tape)
     assert not all(np.array_equal(r0[f"tape-fp16/{i}"], r0[f"tape/{i}"]) for i in range(n))
