@@ -26,6 +26,7 @@ FALLBACK_MARGIN = 0.03  # the predicted gain aiacc's own plan needs over DDP-lik
 CALIBRATION_SIZES = (1, 1 << 8, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _SAMPLES: list[tuple[int, float]] = []
 _SAMPLES16: list[tuple[int, float]] = []
+BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyond a tbf burst / TCP window)
 FP16_MIN_NUMEL = 1 << 8  # fp16 samples from 256 elements up (the sizes of buckets an fp16 plan sends)
 
 
@@ -100,14 +101,14 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
         if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
             collective("calibration all-reduce", lambda: dist.all_reduce(t))
         # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
-        # the link's burst allowance (a token bucket, a TCP window) and looked cheaper than it is in a
-        # stream. Each batch's mean; the median over batches. Small messages are cheap to time and their
-        # cost is mostly scheduling noise on a loaded core: 3 per batch up to 1 MB, else 2.
+        # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
+        # stream, so each batch carries at least BATCH_BYTES (up to 128 messages): the mean of each batch,
+        # the median over batches
         times = []
-        small = t.element_size() * n <= 1 << 20
-        for _ in range(reps if small else max(3, (reps + 1) // 2)):
+        nbytes = t.element_size() * n
+        k = int(min(128, max(2, -(-BATCH_BYTES // nbytes))))
+        for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
             collective("calibration barrier", dist.barrier)
-            k = 3 if small else 2
             t0 = time.perf_counter()
             for _ in range(k):
                 collective("calibration all-reduce", lambda: dist.all_reduce(t))

@@ -5,8 +5,9 @@ finished a gradient, the scheduler marks it ready, and each bucket of the plan s
 (asynchronously, on torch.distributed) as soon as it is full, in the plan's issue order, so
 communication overlaps the rest of backward. The first time a gradient is ready it is copied into its
 bucket's flat buffer and `param.grad` becomes a view of it (DDP's gradient_as_bucket_view): from then on
-autograd accumulates into the buffer that is all-reduced in place, unless `zero_grad(set_to_none=True)`
-dropped it (one copy per step then, as in DDP). `synchronize()` waits for the all-reduces and leaves the
+autograd accumulates into the buffer that is all-reduced in place (the DistributedOptimizer's zero_grad
+zeroes such a view in place instead of dropping it; a gradient dropped otherwise costs one copy per
+step, as in DDP). `synchronize()` waits for the all-reduces and leaves the
 averaged gradients in `.grad`. The Horovod-compatible API (`aiacc.plugins.torch.horovod`) is built on it.
 """
 from __future__ import annotations
@@ -262,6 +263,12 @@ class GradientScheduler:
         self.pending.clear()
         self.update(mine)
         self._finish()
+
+    def bucket_views(self) -> set[int]:
+        """ids of the parameters whose `.grad` is its home in a bucket's buffer (a view of it)."""
+        homes = self.executor.homes
+        return {id(p) for n, p in self.named
+                if p.grad is not None and n in homes and p.grad.data_ptr() == homes[n].data_ptr()}
 
     def remove(self) -> None:
         for h in self.handles:

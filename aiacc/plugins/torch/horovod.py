@@ -168,9 +168,10 @@ class _DistributedOptimizer:
             for g, old in zip(self.param_groups, saved):
                 g.update(old)
         if self._aiacc_zero is not None:  # zero_grad() was called while this update was pending
+            views = self._aiacc_scheduler.bucket_views()
             for n in names:
                 p = self._aiacc_scheduler.by_name[n]
-                if self._aiacc_zero:
+                if self._aiacc_zero and id(p) not in views:
                     p.grad = None
                 elif p.grad is not None:
                     p.grad.zero_()
@@ -181,10 +182,25 @@ class _DistributedOptimizer:
         self._aiacc_scheduler.flush()
 
     def zero_grad(self, set_to_none: bool = True):
+        """As torch's, except that a gradient living in its bucket (a view of the bucket's buffer, see
+        aiacc.plugins.torch.distributed) is zeroed in place even with set_to_none=True: backward then
+        accumulates straight into the bucket again, with no new gradient to allocate and copy in (every
+        parameter takes part in each step's reduction anyway, with zeros where backward gave it none)."""
         if self._aiacc_scheduler.pending:  # the deferred updates still need their gradients
             self._aiacc_zero = set_to_none
             return None
-        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+        views = self._aiacc_scheduler.bucket_views() if set_to_none else set()
+        if not views:
+            return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                if id(p) in views:
+                    p.grad.zero_()
+                else:
+                    p.grad = None
+        return None
 
     @property
     def plan(self) -> Plan:

@@ -77,9 +77,11 @@ def worker(mode, out):
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(opt, root_rank=0)
             per = GLOBAL_BATCH // n
-            started, views = [], []
+            started, views, zeroed = [], [], []
             for x, y in data():
                 opt.zero_grad()
+                # a gradient living in its bucket stays there, zeroed in place (no new tensor to copy in)
+                zeroed.append(sum(p.grad is not None and not p.grad.any() for p in model.parameters()))
                 torch.nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
                 # every bucket's all-reduce was started by the gradient hooks during backward
                 ex = opt._aiacc_scheduler.executor
@@ -90,6 +92,7 @@ def worker(mode, out):
                 views.append(sum(p.grad.untyped_storage().data_ptr() in flats for p in model.parameters()))
             results[f"{label}/started"] = np.array(started)
             results[f"{label}/views"] = np.array(views)
+            results[f"{label}/zeroed"] = np.array(zeroed)
             assert isinstance(opt, torch.optim.SGD)
             results.update({f"{label}/{k}": p.detach().numpy().copy() for k, p in model.named_parameters()})
             results[f"{label}/buckets"] = np.array(len(opt.plan.buckets))
@@ -191,6 +194,8 @@ def _check_training(ranks, whole):
 
             views = np.delete(r0[f"{label}/views"], PROFILE_STEPS - 1)
             assert (views == len(ref)).all(), (label, r0[f"{label}/views"])
+            # zero_grad() kept them as zeroed views (none before the first step has made the buckets)
+            assert r0[f"{label}/zeroed"][0] == 0 and r0[f"{label}/zeroed"][1] == len(ref), (label, r0[f"{label}/zeroed"])
     # fp16 really went over the wire in fp16: half the bytes handed to dist.all_reduce, and rounded results
     for fp16, fp32 in (("fp16", "aiacc"), ("cut-in-bucket-fp16", "cut-in-bucket")):
         assert 2 * int(r0[f"{fp16}/bytes"]) == int(r0[f"{fp32}/bytes"]) == 4 * sum(v.size for v in ref.values())
