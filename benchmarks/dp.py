@@ -33,7 +33,9 @@ noisy, hence interleaving and medians.
     python benchmarks/dp.py                 # 3 links x 2 models
     python benchmarks/dp.py --quick         # 1 Gbit/s, few steps (a smoke test)
     python benchmarks/dp.py --loopback --models tiny --steps 2 --sweep ''   # no root: 2 ranks on loopback
-    python benchmarks/dp.py --rates 100mbit --models resnet --steps 10
+    python benchmarks/dp.py --rates 100mbit --models resnet --steps 3     # each run under ~5 min
+    python benchmarks/dp.py --nodes 4 --rates 1gbit --models resnet --sweep ''   # 4 nodes; on a 2-core
+                                            # machine the 4 ranks share the cores (oversubscribed)
 """
 from __future__ import annotations
 
