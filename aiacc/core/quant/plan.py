@@ -183,28 +183,77 @@ def layers(graph: Graph) -> list[Node]:
     return [n for n in graph if qdq.eligible(n) and n.op not in qdq.PASSTHROUGH]
 
 
+FLOAT_OUT = ("Gemm", "MatMul")  # int8 kernels with a float output (QGemm, MatMulIntegerToFloat): no pair needed
+
+
+def _origin(v) -> Node | None:
+    """The node that computes `v`, looking through data-movement ops (None for a graph input)."""
+    n = v.producer
+    while n is not None and n.op in qdq.PASSTHROUGH and not n.domain and n.inputs and n.inputs[0] is not None:
+        n = n.inputs[0].producer
+    return n
+
+
+def _int8_users(n: Node, plan: set[str]) -> bool:
+    """Whether an output of `n` (or of the activation fused into it) is read by a node of the plan."""
+    outs = list(n.outputs)
+    users = outs[0].users() if outs else []
+    if len(users) == 1 and users[0].op in qdq.ACTIVATIONS and users[0].name in plan and n.op in qdq.FUSES_ACTIVATION:
+        outs = list(users[0].outputs)
+    return any(u.name in plan for v in outs for u in v.users())
+
+
 def close_plan(graph: Graph, chosen: set[str]) -> set[str]:
     """The chosen layers plus the activations fused into them and the data-movement ops between int8
-    layers (a Reshape between two int8 matmuls moves int8; one between float layers stays float)."""
+    layers (a Reshape between two int8 matmuls moves int8; one between float layers stays float), or
+    whose consumers are all int8 (then its float input is quantized before it, once, and shared with
+    the input's other int8 consumers; chains of them are followed back from the int8 consumer).
+
+    Less is int8 where int8 only adds conversions: an Add/Mul no int8 node reads (a transformer's
+    residual add before its float LayerNorm) whose input is float or comes from a matmul/gemm stays
+    float (the matmul then outputs float, QGemm / MatMulIntegerToFloat, and there is no requantize and
+    dequantize pair between them); likewise a Relu/Clip after a gemm/matmul that no int8 node reads."""
     plan = set(chosen)
-    for n in graph:
-        if n.name in plan and n.op in qdq.FUSES_ACTIVATION:
-            users = n.outputs[0].users()
-            if len(users) == 1 and users[0].op in qdq.ACTIVATIONS and not users[0].domain:
-                plan.add(users[0].name)
-    changed = True
-    while changed:
-        changed = False
+    nofuse: set[str] = set()
+    while True:
+        full = set(plan)
         for n in graph:
-            if n.op not in qdq.PASSTHROUGH or n.name in plan or not qdq.eligible(n):
+            if n.name in full and n.op in qdq.FUSES_ACTIVATION:
+                users = n.outputs[0].users()
+                if len(users) == 1 and users[0].op in qdq.ACTIVATIONS and not users[0].domain \
+                        and users[0].name not in nofuse:
+                    full.add(users[0].name)
+        changed = True
+        while changed:
+            changed = False
+            for n in graph:
+                if n.op not in qdq.PASSTHROUGH or n.name in full or not qdq.eligible(n):
+                    continue
+                src = n.inputs[0].producer
+                into = src is not None and src.name in full
+                users = [u for v in n.outputs for u in v.users()]
+                out_any = any(u.name in full for u in users)
+                out_all = bool(users) and all(u.name in full for u in users) \
+                    and not any(v.is_graph_output for v in n.outputs)
+                if (into and out_any) or out_all:
+                    full.add(n.name)
+                    changed = True
+        drop, unfuse = set(), set()
+        for n in graph:
+            if n.name not in full or _int8_users(n, full):
                 continue
-            src = n.inputs[0].producer
-            into = src is not None and src.name in plan
-            out_ok = any(u.name in plan for v in n.outputs for u in v.users())
-            if into and out_ok:
-                plan.add(n.name)
-                changed = True
-    return plan
+            if n.op in ("Add", "Mul") and n.name in plan:
+                origins = [_origin(n.inputs[i]) for i in qdq.activation_inputs(n)]
+                if any(o is None or o.name not in full or o.op in FLOAT_OUT for o in origins):
+                    drop.add(n.name)
+            elif n.op in FLOAT_OUT and n.name in plan:
+                act = n.outputs[0].users()
+                if len(act) == 1 and act[0].name in full and act[0].op in qdq.ACTIVATIONS and act[0].name not in plan:
+                    unfuse.add(act[0].name)
+        if not drop and not unfuse:
+            return full
+        plan -= drop
+        nofuse |= unfuse
 
 
 class Planner:
@@ -303,9 +352,15 @@ def quantize(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], *, keep_fl
     qgraph = p.build(chosen)
     report.quantized = [p.label(n) for n in sorted(qgraph.meta.get("aiacc.quantized", []))
                         if n in all_layers]
+    closed = close_plan(p.graph, chosen)
     for name in sorted(all_layers - set(qgraph.meta.get("aiacc.quantized", [])) - pinned):
-        report.kept_float.setdefault(p.label(name), "no measured range for its inputs"
-                                     if name in chosen else report.kept_float.get(p.label(name), "float"))
+        if name not in chosen:
+            why = report.kept_float.get(p.label(name), "float")
+        elif name not in closed:
+            why = "no int8 node reads it (in int8 it would only add a requantize and a dequantize)"
+        else:
+            why = "no measured range for its inputs"
+        report.kept_float.setdefault(p.label(name), why)
     qgraph.meta["aiacc.quant_report"] = report
     return qgraph, report
 

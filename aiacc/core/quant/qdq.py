@@ -14,12 +14,19 @@ QLinearGlobalAveragePool, ...) and conv/matmul chains stay in int8 end to end:
   float consumers directly.
 - a Relu/Clip that is the only consumer of a quantized conv/matmul/add is quantized with it: the pair goes
   after the activation, whose range starts at 0 (zero point 0), which onnxruntime folds into the kernel.
-- data-movement ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) keep their input's scale
-  on their output, so onnxruntime drops their Q/DQ pairs and they move int8 data.
+- data-movement ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Gather, Slice, Split,
+  Expand, Tile) keep their input's scale on their output, so onnxruntime drops their Q/DQ pairs and they
+  move int8 data; one whose consumers are all int8 is int8 too, so a float producer's output is
+  quantized once, before it, and shared (a LayerNorm feeding a reshaped matmul and a residual add).
 - a MatMul of activations followed only by a scale (Mul/Div by a constant) keeps its output float
-  (onnxruntime's MatMulIntegerToFloat); MatMul + bias Add over a [.., K] input becomes
-  Reshape -> Gemm (bias in it, int32) -> Reshape first (matmul_bias_to_gemm), run as QGemm.
-- graph outputs stay float (the last layer produces float, which integer kernels with float output do).
+  (onnxruntime's MatMulIntegerToFloat); a positive scalar scale (attention's Q K^T / sqrt(d)) is folded
+  into the quantization (fold_scale: into its first input's dequantize scale when float reads it, or
+  Q(c * y, s) == Q(y, s / c) when int8 does), so the float Mul and its pass over the scores disappear.
+- Softmax stays float: onnxruntime's QLinearSoftmax is slower than float Softmax plus a QuantizeLinear.
+- MatMul + bias Add over a [.., K] input becomes Reshape -> Gemm (bias in it, int32) -> Reshape first
+  (matmul_bias_to_gemm), run as QGemm.
+- graph outputs stay float (the last layer produces float, which integer kernels with float output do);
+  so does the output of a Gemm/MatMul that only float nodes read (float_output).
 - opaque nodes are never quantized: their inputs come dequantized, their outputs are quantized for a
   quantized consumer from the ranges calibration measured around them.
 """
@@ -34,8 +41,13 @@ from aiacc.core.quant.calibration import Range
 
 COMPUTE = ("Conv", "MatMul", "Gemm")  # ops with an int8 weight
 ACTIVATIONS = ("Relu", "Clip")  # folded into the quantized op before them
-PASSTHROUGH = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze")  # int8 moves through
-OTHER = ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Softmax", "Sigmoid")  # integer kernels
+# int8 moves through these unchanged (onnxruntime drops a DQ -> op -> Q group of one scale around each:
+# checked for every op here with onnxruntime 1.32; Resize is not here: it would interpolate the levels)
+PASSTHROUGH = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice", "Split",
+               "Expand", "Tile")
+# integer kernels; Softmax is not: onnxruntime's QLinearSoftmax (a table per row) took 1.45 ms on BERT-style
+# scores [8, 4, 128, 128] where float Softmax took 0.24 ms plus a QuantizeLinear (2 threads, AVX2)
+OTHER = ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Sigmoid")
 QUANTIZABLE = COMPUTE + PASSTHROUGH + OTHER
 FUSES_ACTIVATION = COMPUTE + ("Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool")
 # symmetric int8 weights in [-WEIGHT_QMAX, WEIGHT_QMAX] (no -128: symmetric around exact zero). x86 without
@@ -117,6 +129,14 @@ def float_epilogue(node: Node) -> bool:
             and any(x is not None and x is not out and const_value(x) is not None for x in u.inputs))
 
 
+def float_output(node: Node, quantized: set[str]) -> bool:
+    """A gemm/matmul no quantized node reads: it outputs float (QGemm / MatMulIntegerToFloat), with no
+    requantize-dequantize pair before its float consumers."""
+    if node.op not in ("Gemm", "MatMul") or fused_activation(node, quantized) is not None:
+        return False
+    return not any(u.name in quantized for u in node.outputs[0].users())
+
+
 def tensors_to_quantize(graph: Graph, quantized: set[str]) -> dict[str, str | None]:
     """Activation tensors that get a Q/DQ pair under this plan -> the tensor whose range they use (their
     own name, or the input of a data-movement op whose scale they share)."""
@@ -126,7 +146,7 @@ def tensors_to_quantize(graph: Graph, quantized: set[str]) -> dict[str, str | No
         if node.name not in quantized:
             continue
         act = fused_activation(node, quantized)
-        if act is not None or float_epilogue(node):
+        if act is not None or float_epilogue(node) or float_output(node, quantized):
             skip.add(node.outputs[0].name)
     for node in graph:
         if node.name not in quantized:
@@ -196,6 +216,9 @@ def insert_qdq(graph: Graph, quantized: set[str], ranges: Mapping[str, Range], *
                 for i, x in enumerate(user.inputs):
                     if x is v:
                         user.set_input(i, dq)
+    for node in list(g.nodes):
+        if node.name in quantized and float_epilogue(node):
+            fold_scale(g, node)
     # weights and biases
     for node in list(g.nodes):
         if node.name not in quantized or node.op not in COMPUTE:
@@ -226,6 +249,69 @@ def insert_qdq(graph: Graph, quantized: set[str], ranges: Mapping[str, Range], *
     g.remove_unused_initializers()
     g.meta["aiacc.quantized"] = sorted(quantized)
     return g
+
+
+def _scalar_scale(node: Node, x: Value) -> float | None:
+    """c where node computes c * x (Mul by a constant scalar, or Div of x by one), else None."""
+    if len(node.inputs) != 2 or node.domain:
+        return None
+    other = node.inputs[1] if node.inputs[0] is x else node.inputs[0]
+    c = const_value(other)
+    if c is None or c.size != 1 or c.dtype.name not in FLOATS:
+        return None
+    c = float(c.reshape(()))
+    if node.op == "Mul":
+        return c
+    if node.op == "Div" and node.inputs[0] is x and c != 0:
+        return 1.0 / c
+    return None
+
+
+def fold_scale(g: Graph, matmul: Node) -> bool:
+    """Fold a positive scalar scale after a quantized MatMul (attention's 1 / sqrt(d)) into the
+    quantization parameters, removing the float Mul and its pass over the scores:
+
+    - MatMul -> Mul(c) -> QuantizeLinear(s, z), the Q its only consumer: MatMul -> QuantizeLinear(s / c, z)
+      (the same levels: round(c y / s) == round(y / (s / c))), read back as c * y by the DQ after it;
+    - MatMul -> Mul(c) read in float: the MatMul's first input is dequantized at scale c * s_a (its own
+      DequantizeLinear of the same int8 tensor), so the MatMul computes c * y (MatMulIntegerToFloat).
+
+    Returns whether it folded."""
+    out = matmul.outputs[0]
+    users = out.users()
+    if len(users) != 1:
+        return False
+    mul = users[0]
+    c = _scalar_scale(mul, out)
+    y = mul.outputs[0]
+    if c is None or not np.isfinite(c) or c <= 0 or y.is_graph_output:
+        return False
+    qs = y.users()
+    if len(qs) == 1 and qs[0].op == "QuantizeLinear" and qs[0].inputs[0] is y:
+        q = qs[0]
+        sv = const_value(q.inputs[1])
+        if sv is None or sv.size != 1:
+            return False
+        q.set_input(0, out)
+        q.set_input(1, g.add_initializer(g.fresh_name(f"{y.name}_scale_folded"),
+                                         np.asarray(float(sv.reshape(())) / c, np.float32)))
+        g.erase(mul)
+        return True
+    if any(u.op == "QuantizeLinear" for u in qs):
+        return False
+    dq = matmul.inputs[0].producer
+    sv = const_value(dq.inputs[1]) if dq is not None and dq.op == "DequantizeLinear" else None
+    if sv is None or sv.size != 1 or dq.inputs[0].producer is None:
+        return False
+    own = g.add_node("DequantizeLinear", [dq.inputs[0], g.add_initializer(
+        g.fresh_name(f"{dq.output.name}_scale_folded"), np.asarray(float(sv.reshape(())) * c, np.float32)),
+        dq.inputs[2]], dict(dq.attrs), name=g.fresh_name(f"{dq.name}_scaled"), after=dq)
+    matmul.set_input(0, own.output)
+    y.replace_all_uses_with(out)
+    g.erase(mul)
+    if not dq.output.users():
+        g.erase(dq)
+    return True
 
 
 def _pair(g: Graph, v: Value, r: Range, *, before: Node | None = None, after: Node | None = None) -> Value:

@@ -201,3 +201,67 @@ def test_tolerance_forms():
     a = [[np.array([[0.1, 0.9], [0.8, 0.2]])]]
     b = [[np.array([[0.2, 0.8], [0.3, 0.7]])]]
     assert score(parse_tolerance({"top1": 0.5}), a, b) == 0.5
+
+
+def attention_block() -> Graph:
+    """A BERT-style block: LayerNorm -> qkv projection -> Reshape/Transpose/Gather into q, k, v ->
+    softmax(q k^T * 0.25) v -> Transpose/Reshape -> output projection -> residual Add -> LayerNorm."""
+    r = _rng(3)
+    g = Graph("attention")
+    x = g.add_input("x", "float32", [2, 16, 32])
+
+    def const(name, shape, s=0.2):
+        return g.add_initializer(name, (r.standard_normal(shape) * s).astype(np.float32))
+
+    def i64(name, v):
+        return g.add_initializer(name, np.asarray(v, np.int64))
+
+    ln = g.op("LayerNormalization", x, const("ln.g", [32], 1), const("ln.b", [32]), name="ln", axis=-1)
+    qkv = g.op("Add", g.op("MatMul", ln, const("wqkv", [32, 96]), name="qkv"), const("bqkv", [96]), name="qkv_b")
+    t = g.op("Transpose", g.op("Reshape", qkv, i64("s5", [2, 16, 3, 2, 16]), name="split_heads"), name="heads",
+             perm=[2, 0, 3, 1, 4])
+    q, k, v = (g.op("Gather", t, i64(f"i{j}", j), name=f"take{j}", axis=0) for j in range(3))
+    kt = g.op("Transpose", k, name="kt", perm=[0, 1, 3, 2])
+    s = g.op("Mul", g.op("MatMul", q, kt, name="scores"), g.add_initializer("c", np.float32(0.25)), name="scale")
+    p = g.op("Softmax", s, name="softmax", axis=-1)
+    o = g.op("MatMul", p, v, name="mix")
+    o = g.op("Reshape", g.op("Transpose", o, name="merge", perm=[0, 2, 1, 3]), i64("s3", [2, 16, 32]), name="flat")
+    proj = g.op("Add", g.op("MatMul", o, const("wo", [32, 32]), name="proj"), const("bo", [32]), name="proj_b")
+    res = g.op("Add", ln, proj, name="residual")
+    g.add_output(g.op("LayerNormalization", res, const("ln2.g", [32], 1), const("ln2.b", [32]), name="ln2", axis=-1))
+    return g
+
+
+def test_attention_block_runs_int8_end_to_end_without_requantizing_around_float_ops(tmp_path):
+    """Placement for transformers: data movement (Reshape, Transpose, Gather) moves uint8; the 1/sqrt(d)
+    scale is folded into the quantization; Softmax, the residual Add and LayerNorm stay float with no
+    requantize/dequantize pair around them (the gemms output float); reference and onnxruntime agree."""
+    import onnx
+
+    from aiacc.backends.quant import weight_qmax
+
+    g = attention_block()
+    r = _rng(5)
+    cal = [{"x": r.standard_normal((2, 16, 32)).astype(np.float32)} for _ in range(4)]
+    qg, rep = quantize(g, cal, weight_qmax=weight_qmax())
+    ops = qg.op_histogram()
+    assert ops.get("Mul", 0) == 0  # the scale is folded into the scores matmul's dequantize scale
+    by_name = {n.name: n for n in qg}
+    assert by_name["softmax"].inputs[0].producer.op == "MatMul"  # float scores straight from the matmul
+    assert by_name["mix"].inputs[0].producer.op == "DequantizeLinear"  # probabilities in uint8
+    assert all(x.producer.op not in ("DequantizeLinear", "QuantizeLinear") for x in by_name["residual"].inputs)
+    assert "residual" in rep.kept_float and "reads it" in rep.kept_float["residual"]
+    for f in [{"x": r.standard_normal((2, 16, 32)).astype(np.float32)} for _ in range(2)]:
+        ref = run(qg, f)[g.outputs[0].name]
+        assert _rel(_ort_outputs(qg, f)[0], ref) < MATCH
+        assert _rel(ref, run(g, f)[g.outputs[0].name]) < 0.05
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(to_onnx(qg).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    kinds = [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
+    # the two projections in QGemm (float out), q k^T with float output, p v in uint8; the only
+    # conversions left: quantize the LayerNorm output (once, for the projection) and the probabilities
+    assert kinds.count("QGemm") == 2 and "MatMulIntegerToFloat" in kinds and "QLinearMatMul" in kinds
+    assert "DequantizeLinear" not in kinds and kinds.count("QuantizeLinear") == 2
+    assert "QLinearSoftmax" not in kinds and "Softmax" in kinds
