@@ -170,7 +170,10 @@ def _pool(ex, node: Node, method) -> None:
     else:
         p.stride_h, p.stride_w = strides
     if round_mode != pb.PoolingParameter.CEIL:
-        p.round_mode = round_mode  # BVLC Caffe reads it; OpenCV's schema does not know this field
+        if ex.g.meta.get("caffe_ceil_mode_field"):
+            p.ceil_mode = False  # the source net's spelling (the forks' and OpenCV's)
+        else:
+            p.round_mode = round_mode  # BVLC Caffe reads it; OpenCV's schema does not know this field
 
 
 @LAYERS.register("MaxPool")

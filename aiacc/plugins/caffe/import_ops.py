@@ -101,6 +101,11 @@ def _pooling(ctx: LayerContext) -> list[Value]:
         if pad >= k:
             raise ctx.fail(f"pad {pad} must be smaller than the kernel {k}")
     ceil = p.round_mode == pb.PoolingParameter.CEIL
+    if p.HasField("ceil_mode"):  # the forks' (and OpenCV's) spelling of the same choice
+        if p.HasField("round_mode") and p.ceil_mode != ceil:
+            raise ctx.fail("round_mode and ceil_mode disagree")
+        ceil = bool(p.ceil_mode)
+        ctx.g.meta["caffe_ceil_mode_field"] = True  # the exporter writes FLOOR back in the same spelling
     attrs = dict(kernel_shape=kernel, pads=pads + pads, strides=strides, ceil_mode=int(ceil))
     if is_max:
         return ctx.final("MaxPool", ctx.x(), **attrs)

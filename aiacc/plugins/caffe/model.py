@@ -139,6 +139,56 @@ class CaffeModel:
     def invalidate(self) -> None:
         self._graph = None
 
+    def reshape(self, **shapes: Sequence[int]) -> "CaffeModel":
+        """A copy of the net (with its weights) whose input blobs have the given shapes, as Caffe's
+        `net.blobs[name].reshape(...)` + `net.reshape()`: e.g. `model.reshape(data=(1, 3, 227, 227))` runs
+        a deploy net declared for batch 10 on one image. The inputs are rewritten where the file declares
+        them (net-level input_dim or input_shape, or an Input layer); the net's layers are unchanged."""
+        net = pb.NetParameter()
+        net.CopyFrom(self.net)
+        names = list(net.input)
+        given = {k: [int(d) for d in v] for k, v in shapes.items()}
+        done = set()
+        if names and net.input_dim:
+            if len(net.input_dim) != 4 * len(names):
+                raise ShapeError(f"net {self.name!r}: {len(names)} inputs but {len(net.input_dim)} input_dim values")
+            dims = [int(d) for d in net.input_dim]
+            for i, n in enumerate(names):
+                if n in given:
+                    if len(given[n]) != 4:
+                        raise ShapeError(f"net {self.name!r}: input {n!r} is declared by input_dim (4-d), "
+                                         f"got shape {given[n]}")
+                    dims[4 * i:4 * i + 4] = given[n]
+                    done.add(n)
+            del net.input_dim[:]
+            net.input_dim.extend(dims)
+        elif names and net.input_shape:
+            for n, s in zip(names, net.input_shape):
+                if n in given:
+                    del s.dim[:]
+                    s.dim.extend(given[n])
+                    done.add(n)
+        for layer in net.layer:
+            if layer.type != "Input":
+                continue
+            tops = list(layer.top)
+            if len(layer.input_param.shape) == 1 and len(tops) > 1 and any(t in given for t in tops):
+                # one shape for several tops: give each top its own before changing one
+                first = list(layer.input_param.shape[0].dim)
+                for _ in tops[1:]:
+                    layer.input_param.shape.add().dim.extend(first)
+            for t, s in zip(tops, layer.input_param.shape):
+                if t in given:
+                    del s.dim[:]
+                    s.dim.extend(given[t])
+                    done.add(t)
+        unknown = sorted(set(given) - done)
+        if unknown:
+            declared = names + [t for layer in net.layer if layer.type == "Input" for t in layer.top]
+            raise ShapeError(f"net {self.name!r} has no input blob {unknown[0]!r} with a declared shape "
+                             f"(inputs: {', '.join(declared) or 'none'})")
+        return CaffeModel(net, self._outputs, source=self.source, has_weights=self._has_weights)
+
     @property
     def inputs(self) -> dict[str, tuple]:
         """Input blob name -> shape."""

@@ -85,10 +85,26 @@ def read_caffemodel(path: str | os.PathLike) -> pb.NetParameter:
 def to_prototxt(net: pb.NetParameter) -> str:
     """The net's structure as prototxt text (blobs left out)."""
     bare = pb.NetParameter()
-    bare.CopyFrom(net)
-    for layer in bare.layer:
-        del layer.blobs[:]
+    for desc, value in net.ListFields():
+        if desc.name != "layer":
+            _copy_field(bare, desc, value)
+    for layer in net.layer:  # field by field, leaving the blobs (copying them first took seconds for VGG)
+        target = bare.layer.add()
+        for desc, value in layer.ListFields():
+            if desc.name != "blobs":
+                _copy_field(target, desc, value)
     return text_format.MessageToString(bare)
+
+
+def _copy_field(target, desc, value) -> None:
+    """Set one field of `target` (a message of the same type) to `value`."""
+    repeated = desc.is_repeated if hasattr(desc, "is_repeated") else desc.label == desc.LABEL_REPEATED  # older protobuf
+    if repeated:
+        getattr(target, desc.name).extend(value)
+    elif desc.message_type is not None:
+        getattr(target, desc.name).CopyFrom(value)
+    else:
+        setattr(target, desc.name, value)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,10 +222,27 @@ def array_to_blob(array: np.ndarray, blob: pb.BlobProto | None = None) -> pb.Blo
     """A float32 BlobProto (with the modern `shape` field) holding `array`."""
     blob = blob or pb.BlobProto()
     blob.Clear()
-    a = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    a = np.asarray(array, dtype=np.float32)
     blob.shape.dim.extend(int(d) for d in a.shape)
-    blob.data.extend(a.reshape(-1).tolist())
+    if a.size:
+        # `data` (field 5) as its packed wire form, merged: 3x faster than extending the field with a list of
+        # Python floats, which made writing an AlexNet/VGG-sized caffemodel take seconds per layer
+        raw = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        blob.MergeFromString(_DATA_TAG + _varint(len(raw)) + raw)
     return blob
+
+
+_DATA_TAG = bytes([(5 << 3) | 2])  # BlobProto.data: field 5, length-delimited (packed floats)
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint encoding of a non-negative integer."""
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def merge_weights(net: pb.NetParameter, weights: pb.NetParameter) -> None:
