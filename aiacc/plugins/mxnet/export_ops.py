@@ -325,6 +325,8 @@ def _binary_refs(em: Emitter, name: str, op: str, a: Value, b: Value) -> Ref:
 @lowerings.register(*(op for op in _BIN if op not in ("Max", "Min")))  # Max and Min are variadic: below
 def _binary(em: Emitter, node: Node) -> Ref:
     folded = em.fold.get(id(node))
+    if folded is not None and len(folded) == 3:  # MatMul(x, Transpose(W)) + b on values -> FullyConnected
+        return _fc_on_values(em, node.name, *folded)
     if folded is not None:  # MatMul + bias -> FullyConnected
         mm, bias = folded
         w = const_value(mm.inputs[1])
@@ -352,8 +354,19 @@ def _variadic(em: Emitter, node: Node) -> Ref:
     return r if node.op != "Mean" else em.op("_div_scalar", node.name, [r], scalar=float(len(ins)))
 
 
+def _fc_on_values(em: Emitter, name: str, mm: Node, bias: Value | None, w: Value) -> Ref:
+    """FullyConnected(flatten=False) reading the weight W (N, K) and bias as they are (trained values)."""
+    ins = [em.ref(mm.inputs[0]), em.ref(w)] + ([em.ref(bias)] if bias is not None else [])
+    return em.op("FullyConnected", name, ins, num_hidden=w.shape[0], no_bias=bias is None, flatten=False)
+
+
 @lowerings.register("MatMul")
 def _matmul(em: Emitter, node: Node) -> Ref:
+    folded = em.fold.get(id(node))
+    if folded is not None and folded[0] == "transpose_b":  # a @ Transpose(b) of the last two axes
+        return em.op("batch_dot", node.name, [em.ref(node.inputs[0]), em.ref(folded[1])], transpose_b=True)
+    if folded is not None:  # MatMul(x, Transpose(W)) on a value W -> FullyConnected without bias
+        return _fc_on_values(em, node.name, *folded)
     a, b = node.inputs
     ra, rb = _rank(a), _rank(b)
     if ra is None or rb is None:
@@ -392,6 +405,12 @@ def _gemm(em: Emitter, node: Node, name: str | None = None) -> Ref:
                 ins.append(em.param(f"{node.name}_bias", np.broadcast_to(cc, (n,)) if cc.size == n and cc.ndim
                                     else np.full((n,), float(cc.reshape(-1)[0]), dtype=cc.dtype)))
             return em.op("FullyConnected", name or node.name, ins, num_hidden=n, no_bias=c is None, flatten=True)
+    n = b.shape[0] if b.shape is not None and len(b.shape) == 2 else None
+    if not ta and tb and w is None and alpha == 1.0 and isinstance(n, int) and \
+            (c is None or (cc is None and beta == 1.0 and c.shape == (n,))):
+        # a trained weight (N, K) and bias (mode='train'): MXNet's Dense as it is, one GEMM each way
+        ins = [em.ref(a), em.ref(b)] + ([em.ref(c)] if c is not None else [])
+        return em.op("FullyConnected", name or node.name, ins, num_hidden=n, no_bias=c is None, flatten=True)
     r = em.op("dot", f"{node.name}_dot" if alpha != 1.0 or c is not None else name or node.name,
               [em.ref(a), em.ref(b)], transpose_a=bool(ta), transpose_b=bool(tb))
     if alpha != 1.0:
@@ -519,7 +538,9 @@ def _split(em: Emitter, node: Node) -> list[Ref]:
     sizes = [o.shape[axis] if o.shape is not None else None for o in node.outputs]
     if any(not isinstance(s, int) for s in sizes):
         raise UnsupportedError(f"node {node.name} (Split): part sizes must be known")
-    if len(set(sizes)) == 1:
+    # in training, one slice_axis per part: SliceChannel's backward (a concat of the parts' gradients) measured
+    # twice as slow on CPU as slice_axis's, e.g. q|k|v of an encoder's projection (benchmarks/training.py)
+    if len(set(sizes)) == 1 and not em.graph.meta.get("mxnet.training"):
         return em.op_multi("SliceChannel", node.name, [em.ref(x)], len(sizes), num_outputs=len(sizes), axis=axis)
     outs, start = [], 0
     for k, s in enumerate(sizes):

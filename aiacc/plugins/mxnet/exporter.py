@@ -135,6 +135,54 @@ def _peephole(em: Emitter, graph: Graph) -> None:
             continue
         em.skip.add(id(node))
         em.fold[id(add)] = (node, b.reshape(-1))
+    _peephole_variable_weights(em, graph)
+
+
+def _peephole_variable_weights(em: Emitter, graph: Graph) -> None:
+    """MatMul(x, Transpose(W)) [+ Add(b)] with W (N, K) and b (N,) values, not constants (the Parameters of
+    mode='train', which must stay trainable) -> one FullyConnected(x, W, b, flatten=False): MXNet's Dense,
+    whose forward and backward are a GEMM each, instead of a transpose, a dot and a broadcast_add (and their
+    three backward ops) per layer and step. The fold note is (MatMul node, bias value or None, W)."""
+    for node in graph:
+        if node.op != "MatMul" or node.domain or const_value(node.inputs[1]) is not None:
+            continue
+        _peephole_batch_dot(em, node)
+        t = node.inputs[1].producer
+        if t is None or t.op != "Transpose" or t.domain or list(t.attr("perm") or []) != [1, 0] \
+                or len(t.output.uses) != 1 or t.output.is_graph_output:
+            continue
+        w = t.inputs[0]
+        x = node.inputs[0]
+        if w.shape is None or len(w.shape) != 2 or not isinstance(w.shape[0], int) or x.shape is None \
+                or len(x.shape) < 2:
+            continue
+        em.skip.add(id(t))
+        add = node.output.uses[0][0] if len(node.output.uses) == 1 and not node.output.is_graph_output else None
+        if add is not None and add.op == "Add" and not add.domain and add.output.shape == node.output.shape:
+            b = add.inputs[1] if add.inputs[0] is node.output else add.inputs[0]
+            if b is not node.output and b.const is None and b.shape == (w.shape[0],):
+                em.skip.add(id(node))
+                em.fold[id(add)] = (node, b, w)
+                continue
+        em.fold[id(node)] = (node, None, w)
+
+
+def _peephole_batch_dot(em: Emitter, node: Node) -> None:
+    """MatMul(a, Transpose(b) of its last two axes), both rank >= 3 with the same batch axes (attention's
+    q @ k^T) -> batch_dot(a, b, transpose_b=True): no transpose materialized forward or backward. The fold
+    note is ("transpose_b", b)."""
+    t = node.inputs[1].producer
+    a = node.inputs[0]
+    if t is None or t.op != "Transpose" or t.domain or len(t.output.uses) != 1 or t.output.is_graph_output:
+        return
+    b = t.inputs[0]
+    if a.shape is None or b.shape is None or len(a.shape) < 3 or len(a.shape) != len(b.shape):
+        return
+    r = len(b.shape)
+    if list(t.attr("perm") or []) != list(range(r - 2)) + [r - 1, r - 2] or a.shape[:-2] != b.shape[:-2]:
+        return
+    em.skip.add(id(t))
+    em.fold[id(node)] = ("transpose_b", b)
 
 
 def _lower_opaque(em: Emitter, node: Node) -> list[Ref]:

@@ -46,6 +46,13 @@ def trace_training(model: Any, example_inputs: Any, name: str | None = None) -> 
     g.meta["framework"] = "mxnet"
     g.meta["mxnet.data_inputs"] = list(names)
     g.meta["mxnet.params"] = [v.name for v in g.inputs if v.name in params]
+    g.meta["mxnet.training"] = True  # the exporter picks forms whose backward is fast
+    # the original's output nodes, so the exported block's outputs are named as the original's are
+    g.meta["mxnet.output_heads"] = [(m.symbol.nodes[i].name, k) for i, k in m.symbol.heads]
+    try:
+        g.meta["mxnet.output_names"] = list(mx.sym.load_json(m.symbol_json).list_outputs())
+    except Exception:  # noqa: BLE001 - a symbol MXNet itself cannot load still trains; no names then
+        pass
     return g
 
 
