@@ -169,7 +169,8 @@ if not _has_op():
 
 OP = torch.ops.aiacc.fused_elementwise.default
 
-__all__ = ["OP", "QUALNAME", "TORCH_OPS", "torch_program", "kernel_for", "choose_fusions"]
+__all__ = ["OP", "QUALNAME", "TORCH_OPS", "torch_program", "kernel_for", "choose_fusions", "epilogue_conv",
+           "EPILOGUES"]
 
 
 # ------------------------------------------------------------------------------------------------ measured choice
@@ -226,12 +227,62 @@ def _example_inputs(node, rng) -> list[torch.Tensor] | None:
     return out
 
 
+# programs of one input that oneDNN runs as a convolution post-op: program -> (attr, scalars, algorithm)
+EPILOGUES = {"t0=Sigmoid(i0);t1=Mul(i0,t0)": ("swish", [], None), "t0=Sigmoid(i0);t1=Mul(t0,i0)": ("swish", [], None)}
+EPILOGUE_KEY = "torch.conv_epilogue"  # FusedConv node.meta: the post-op its reader's program became
+
+
+def epilogue_conv(node):
+    """The Conv / aiacc::FusedConv whose epilogue the FusedElementwise `node` can become (oneDNN post-op), or
+    None: `node`'s program is one of EPILOGUES on its only input, which is a 2-D convolution's float32
+    output without activation or residual, read by `node` alone and not a graph output."""
+    if node.attrs.get("program") not in EPILOGUES or len(node.inputs) != 1:
+        return None
+    v = node.inputs[0]
+    conv = v.producer if v is not None else None
+    if conv is None or (conv.domain, conv.op) not in (("aiacc", "FusedConv"), ("", "Conv")) \
+            or conv.attrs.get("activation") or len(conv.inputs) < 2 or conv.inputs[1] is None \
+            or conv.inputs[1].shape is None or len(conv.inputs[1].shape) != 4 \
+            or v.is_graph_output or v.dtype != "float32" or v.shape is None or len(v.shape) != 4 \
+            or not all(isinstance(d, int) for d in v.shape) or len(v.uses) != 1:
+        return None
+    ins = list(conv.inputs)
+    if len(ins) > 3 and ins[3] is not None:
+        return None  # a residual sum
+    x = ins[0]
+    if x is None or x.shape is None or not all(isinstance(d, int) for d in x.shape) \
+            or any(w is None or w.const is None for w in ins[1:3] if w is not None) or ins[1] is None:
+        return None
+    return conv
+
+
+def _epilogue_pair(conv, program, rng):
+    """(conv with the post-op, conv then the program's level-2 ops) as eager calls on random channels-last
+    input of the conv's shape and its constant weights."""
+    from aiacc.plugins.torch.export_ops.fused import lower_program
+    from aiacc.plugins.torch.export_ops.nn import conv as lower_conv
+    from aiacc.plugins.torch.exporter import LNode, resolved_attrs
+
+    x = torch.from_numpy(rng.standard_normal(conv.inputs[0].shape).astype("float32"))
+    x = x.contiguous(memory_format=torch.channels_last)  # as a previous oneDNN convolution returns it
+    ws = [torch.from_numpy(np.array(v.const, copy=True)) for v in conv.inputs[1:3] if v is not None]
+    ln = LNode(_Eager, conv.op, resolved_attrs(conv), list(conv.inputs[:1 + len(ws)]), conv.outputs, conv.name,
+               domain=conv.domain, args=[x, *ws])
+    ln.shape = lambda i, vs=conv.inputs: vs[i].shape if i < len(vs) and vs[i] is not None else None
+    post = EPILOGUES[program]
+    return (lambda: lower_conv(_Eager, ln, onednn=post),
+            lambda: lower_program(_Eager, program, [lower_conv(_Eager, ln)], [None]))
+
+
 def choose_fusions(graph, timer=None) -> dict[str, str]:
-    """For each aiacc::FusedElementwise node of an inference graph decide between the numba op and the
-    program's ops as torch calls (the exporter's own lowering, peepholes included): time both on random
-    tensors of the node's input shapes (constants as they are), keep the faster. Writes node.meta[META_KEY]
-    = (kept, note) and returns {node name: note} ("kept: numba 0.41x", "dropped: slower 1.30x", "dropped:
-    ..." when it cannot run). `timer(fused, unfused) -> (s, s)` replaces the timing (tests)."""
+    """For each aiacc::FusedElementwise node of an inference graph decide between the numba op, the
+    program's ops as torch calls (the exporter's own lowering, peepholes included) and, for a SiLU right after
+    a convolution (epilogue_conv), the convolution's oneDNN post-op: time each against the torch calls on
+    random tensors of the node's input shapes (constants as they are), keep the fastest. Writes
+    node.meta[META_KEY] = (kept numba op, note), on an absorbing FusedConv meta[EPILOGUE_KEY] = its post-op,
+    and returns {node name: note} ("kept: numba 0.41x", "kept: conv epilogue swish 0.80x", "dropped:
+    slower 1.30x", "dropped: ..." when it cannot run). `timer(fused, unfused) -> (s, s)` replaces the
+    timing (tests)."""
     import os
 
     from aiacc.core.runtime.numba_kernels import numba_available
@@ -241,36 +292,58 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
     timer = timer or _time_pair
     rng = np.random.default_rng(0)
     notes: dict[str, str] = {}
-    seen: dict[tuple, tuple[bool, str]] = {}
+    seen: dict[tuple, tuple] = {}
     for node in graph:
         if node.domain != "aiacc" or node.op != "FusedElementwise":
             continue
-        if not numba_available():
+        conv = epilogue_conv(node) if mode == "measure" else None
+        if conv is not None:
+            conv.meta.pop(EPILOGUE_KEY, None)
+        if not numba_available() and conv is None:
             decision = (False, "dropped: numba is not installed")
         elif mode == "numba":
             decision = (True, f"kept: {MODE_ENV}=numba")
         elif mode == "torch":
             decision = (False, f"dropped: {MODE_ENV}=torch")
         else:
-            key = (node.attrs["program"], tuple((v.shape, v.dtype, v.const is not None) for v in node.inputs))
+            program = node.attrs["program"]
+            key = (program, tuple((v.shape, v.dtype, v.const is not None) for v in node.inputs))
+            if conv is not None:
+                key += (tuple(v.shape for v in conv.inputs if v is not None), tuple(sorted(map(str, conv.attrs.items()))))
             decision = seen.get(key)
             if decision is None:
+                ratios = {}
                 xs = _example_inputs(node, rng)
                 if xs is None:
                     decision = (False, "dropped: input shapes unknown, not measured")
                 else:
-                    program = node.attrs["program"]
                     consts = [t.numpy() if v.const is not None else None for t, v in zip(xs, node.inputs)]
                     try:
-                        fused_s, unfused_s = timer(lambda: OP(xs, program),
-                                                   lambda: lower_program(_Eager, program, xs, consts))
+                        if numba_available():
+                            f, u = timer(lambda: OP(xs, program), lambda: lower_program(_Eager, program, xs, consts))
+                            ratios["numba"] = f / u if u > 0 else float("inf")
+                        if conv is not None:
+                            f, u = timer(*_epilogue_pair(conv, program, rng))
+                            ratios["epilogue"] = f / u if u > 0 else float("inf")
                     except Exception as e:  # noqa: BLE001  (a kernel that cannot run here is not kept)
                         decision = (False, f"dropped: the kernel failed ({type(e).__name__}: {e})")
                     else:
-                        ratio = fused_s / unfused_s if unfused_s > 0 else float("inf")
-                        decision = (True, f"kept: numba {ratio:.2f}x") if ratio < 1.0 else \
-                            (False, f"dropped: slower {ratio:.2f}x")
+                        best = min(ratios, key=ratios.get)
+                        r = ratios[best]
+                        if r >= 1.0:
+                            decision = (False, f"dropped: slower {ratios.get('numba', r):.2f}x" + (
+                                f" (conv epilogue {ratios['epilogue']:.2f}x)" if "epilogue" in ratios else ""))
+                        elif best == "numba":
+                            decision = (True, f"kept: numba {r:.2f}x")
+                        else:
+                            decision = (False, f"kept: conv epilogue {EPILOGUES[program][0]} {r:.2f}x", "epilogue")
                 seen[key] = decision
-        node.meta[META_KEY] = decision
+        if len(decision) > 2 and decision[2] == "epilogue":
+            conv.meta[EPILOGUE_KEY] = EPILOGUES[node.attrs["program"]]
+        node.meta[META_KEY] = decision[:2]
+        if len(decision) > 2:
+            node.meta[META_KEY + ".form"] = decision[2]
+        else:
+            node.meta.pop(META_KEY + ".form", None)
         notes[node.name] = decision[1]
     return notes

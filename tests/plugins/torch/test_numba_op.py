@@ -151,3 +151,53 @@ def test_train_mode_keeps_decomposing():
     tr = aiacc.optimize(model, xs, level=3, mode="train")
     assert not _fused_calls(tr)
     assert "elementwise_fusion" in tr.aiacc_report.skipped
+
+
+class ConvSilu(nn.Module):
+    """Conv -> BatchNorm -> SiLU (the MBConv start): at level 2 a oneDNN convolution, then F.silu."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return F.silu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("epilogue_wins", [True, False])
+def test_silu_after_conv_becomes_its_onednn_post_op_where_faster(monkeypatch, tmp_path, epilogue_wins):
+    """The measured choice for a SiLU right after a convolution: the numba op (timed first), then the
+    convolution with oneDNN's swish post-op (timed second), each against level 2's F.silu."""
+    from aiacc.plugins.torch import fastpath
+
+    monkeypatch.setenv("AIACC_CACHE_DIR", str(tmp_path))
+    model = ConvSilu().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 4, 10, 10)
+    l2 = aiacc.optimize(model, x, level=2)
+    ratios = iter([(2.0, 1.0), (0.5 if epilogue_wins else 1.5, 1.0)] * 4)
+    real = numba_op.choose_fusions
+    monkeypatch.setattr(numba_op, "choose_fusions",
+                        lambda g: real(g, timer=lambda a, b: (a(), b(), next(ratios))[2]))
+    l3 = aiacc.optimize(model, x, level=3)
+    notes = [n for n in l3.aiacc_report["elementwise_fusion"].notes if ": kept" in n or ": dropped" in n]
+    silu_notes = [n for n in notes if "epilogue" in n]
+    assert silu_notes, notes
+    convs = [n for n in l3.graph.nodes if n.op == "call_function" and n.target is fastpath.conv2d]
+    targets = [n.target for n in l3.graph.nodes if n.op == "call_function"]
+    if epilogue_wins:
+        assert silu_notes[0].endswith("kept: conv epilogue swish 0.50x"), notes
+        assert [c.args[7] for c in convs] == ["swish"] and F.silu not in targets
+    else:
+        assert silu_notes[0].endswith("dropped: slower 2.00x (conv epilogue 1.50x)"), notes
+        assert [c.args[7] for c in convs] == ["none"] and F.silu in targets
+    assert not _fused_calls(l3)
+    with torch.no_grad():
+        torch.testing.assert_close(l3(x), l2(x), rtol=1e-5, atol=1e-5)
+        buf = io.BytesIO()
+        torch.save(l3, buf)
+        buf.seek(0)
+        torch.testing.assert_close(torch.load(buf, weights_only=False)(x), l2(x), rtol=1e-5, atol=1e-5)

@@ -93,6 +93,10 @@ def _fused_conv(b, n):
     act, params = n.attr("activation", ""), n.attr("activation_params")
     residual = n.arg(3) if n.n_inputs > 3 and n.values[3] is not None else None
     shape = n.shape(1)
+    epilogue = n.meta.get("torch.conv_epilogue")  # its only reader's SiLU, measured faster as the post-op
+    if b.inference and epilogue is not None and not act and residual is None and shape is not None \
+            and len(shape) == 4:
+        return conv(b, n, onednn=epilogue)
     if b.inference and residual is None and shape is not None and len(shape) == 4:
         onednn = fastpath.onednn_activation(act, params)
         if onednn is not None:  # the activation runs as oneDNN's post-op
@@ -154,8 +158,13 @@ def _attention(b, n):
 @LOWERINGS.register("aiacc::FusedElementwise")
 def _fused_elementwise(b, n):
     """In an inference export, one call of the numba op torch.ops.aiacc.fused_elementwise where
-    numba_op.choose_fusions kept it (measured faster; node.meta[numba_op.META_KEY]); otherwise, and in
-    training, the program's statements as torch ops (lower_program)."""
+    numba_op.choose_fusions kept it (measured faster; node.meta[numba_op.META_KEY]), nothing where the
+    convolution before it runs the program as its oneDNN post-op (a SiLU, numba_op.EPILOGUES, measured
+    faster too); otherwise, and in training, the program's statements as torch ops (lower_program)."""
+    if b.inference and n.meta.get("torch.fused_elementwise.form") == "epilogue" and n.n_inputs == 1:
+        p = n.values[0].producer
+        if p is not None and p.meta.get("torch.conv_epilogue") is not None:
+            return n.arg(0)  # the convolution's post-op computed it (numba_op.EPILOGUES)
     args = [n.arg(k) for k in range(n.n_inputs)]
     decision = n.meta.get("torch.fused_elementwise")
     if b.inference and decision is not None and decision[0]:

@@ -53,6 +53,8 @@ def conv(b, n: LNode, bias_arg=None, onednn=None, residual=None):
         x = b.call(F.pad, x, torch_pads)
         half = [0] * k
     bias = n.arg(2) if bias_arg is None and n.n_inputs > 2 else bias_arg
+    if b.inference and k == 2 and onednn is None and residual is None:
+        onednn = n.meta.get("torch.conv_epilogue")  # its reader's SiLU as the post-op (numba_op.choose_fusions)
     if b.inference and k == 2:
         b.uses_fastpath = True
         attr, scalars, algorithm = onednn or ("none", [], None)
