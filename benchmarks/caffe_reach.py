@@ -1,0 +1,110 @@
+"""The public Caffe deploy nets (tests/reach/caffe_nets: BVLC AlexNet/CaffeNet/GoogLeNet, VGG-16/19,
+ResNet-50/101/152, SqueezeNet, MobileNet v1/v2, DenseNet-121, MobileNet-SSD), one line per net:
+
+    .venv/bin/python benchmarks/caffe_reach.py                      # all of them (minutes on 2 cores)
+    .venv/bin/python benchmarks/caffe_reach.py --nets resnet50,vgg16 --iters 5 --batch 1
+
+Each net gets the check of tests/reach/test_caffe_public.py (random weights written as a caffemodel, load,
+optimize, save back; on an input optimize never saw, aiacc's forward of the optimized net and OpenCV dnn on
+the saved-back files against OpenCV dnn on the original files, outputs and the blobs before them), then
+latencies, median of --iters rounds interleaved (one call of each per round, so drift hits all alike):
+
+    opencv      OpenCV dnn (Winograd off) on the original .prototxt/.caffemodel
+    opencv-opt  OpenCV dnn on aiacc's saved-back .prototxt/.caffemodel (backend="native")
+    aiacc       CaffeModel.forward of the optimized net (aiacc's runtime: planned arena, numpy/BLAS, numba)
+
+Columns: loaded (ok or the error), layers before -> after, opaque layer types (OpenCV runs them), IR ops the
+optimization removed, max relative error over the compared blobs (the worst of the three comparisons), the
+latencies in ms and aiacc / opencv (below 1: aiacc faster).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tests.reach import caffe_nets as C  # noqa: E402
+
+
+def _ops(removed: dict) -> str:
+    return ", ".join(f"-{k}x{v}" for k, v in sorted(removed.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def _opaque(types: list) -> str:
+    if not types:
+        return "0"
+    counts = {t: types.count(t) for t in dict.fromkeys(types)}
+    return f"{len(types)} (" + ", ".join(f"{t}x{n}" for t, n in counts.items()) + ")"
+
+
+def time_net(r, iters: int) -> dict[str, float]:
+    """Median ms of OpenCV on the original, OpenCV on the saved-back net and aiacc's forward."""
+    feeds = r.inputs
+    fast = r.models["aiacc"]
+    outs = list(r.outputs)
+
+    def cv(net):
+        def run():
+            for k, v in feeds.items():
+                net.setInput(v, k)
+            net.forward(outs)
+        return run
+    runs = {"opencv": cv(r.models["opencv"]), "opencv-opt": cv(r.models["opencv saved-back"]),
+            "aiacc": lambda: fast.forward(**feeds)}
+    for run in runs.values():  # warm-up (OpenCV allocates and fuses on the first call)
+        run()
+    times = {k: [] for k in runs}
+    for _ in range(iters):
+        for k, run in runs.items():
+            t = time.perf_counter()
+            run()
+            times[k].append((time.perf_counter() - t) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main(argv=None) -> int:
+    """Run the sweep; print one line per net (and a header)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nets", default=",".join(C.NETS), help="comma-separated names of tests/reach/caffe_nets.NETS")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    names = [n for n in args.nets.split(",") if n]
+    unknown = [n for n in names if n not in C.NETS]
+    if unknown:
+        ap.error(f"unknown net {unknown[0]!r}; known: {', '.join(C.NETS)}")
+    import cv2
+
+    print(f"# batch {args.batch}, {args.iters} timed rounds, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), "
+          f"tolerance {C.RTOL:g} relative")
+    print(f"{'net':28s} {'loaded':6s} {'layers':>11s} {'opaque':34s} {'max err':>8s} {'opencv ms':>9s} "
+          f"{'cv-opt ms':>9s} {'aiacc ms':>9s} {'aiacc/cv':>8s}  ops removed")
+    failed = 0
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="aiacc-caffe-reach-") as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                r = C.check(name, tmp, batch=args.batch, seed=args.seed)
+                t = time_net(r, args.iters)
+            except Exception as e:  # noqa: BLE001 - a sweep reports each net's failure and goes on
+                failed += 1
+                print(f"{name:28s} FAIL   {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+        err = max(r.errors.values())
+        ok = "ok" if err <= C.RTOL and r.outputs_after == r.outputs else "WRONG"
+        failed += ok != "ok"
+        print(f"{name:28s} {ok:6s} {r.layers:4d} -> {r.layers_after:3d} {_opaque(r.opaque):34s} {err:8.1e} "
+              f"{t['opencv']:9.1f} {t['opencv-opt']:9.1f} {t['aiacc']:9.1f} {t['aiacc'] / t['opencv']:8.2f}  "
+              f"{_ops(r.ops_removed)}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
