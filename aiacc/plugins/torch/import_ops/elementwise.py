@@ -34,8 +34,24 @@ def _operands(imp, a, b):
             return (hi, cast) if hi is a else (cast, hi)
         return a, b
     if isinstance(a, Value):
+        a = _promote_to_scalar(imp, a, b)
         return a, imp.scalar_like(b, a)
+    b = _promote_to_scalar(imp, b, a)
     return imp.scalar_like(a, b), b
+
+
+def _promote_to_scalar(imp, t: Value, scalar) -> Value:
+    """torch's promotion of a tensor with a Python number of a higher category: an integer or bool tensor
+    with a float becomes the default float dtype (int64 positions * 1.0 in timm's MViTv2), a bool tensor
+    with an int becomes int64."""
+    if t.dtype is None:
+        return t
+    kind = np.dtype(t.dtype).kind
+    if isinstance(scalar, float) and kind in "iub":
+        return imp.op("Cast", t, to=str(torch.get_default_dtype()).replace("torch.", ""))
+    if isinstance(scalar, int) and not isinstance(scalar, bool) and kind == "b":
+        return imp.op("Cast", t, to="int64")
+    return t
 
 
 def divide(imp, a, b, rounding_mode):
@@ -79,6 +95,32 @@ for _op, _targets, _methods in (
         ("Div", (operator.truediv, operator.itruediv, torch.div), ("div", "div_", "__truediv__"))):
     FUNCTIONS.update({t: _binary(_op) for t in _targets})
     METHODS.update({m: _binary(_op) for m in _methods})
+
+
+@FUNCTIONS.register(torch.addcmul)
+@METHODS.register("addcmul")
+def _addcmul(imp, x, t1, t2, *, value=1, out=None):
+    """torch.addcmul: x + value * t1 * t2."""
+    return _addc(imp, "Mul", x, t1, t2, value, out)
+
+
+@FUNCTIONS.register(torch.addcdiv)
+@METHODS.register("addcdiv")
+def _addcdiv(imp, x, t1, t2, *, value=1, out=None):
+    """torch.addcdiv: x + value * t1 / t2 (float tensors)."""
+    return _addc(imp, "Div", x, t1, t2, value, out)
+
+
+def _addc(imp, op, x, t1, t2, value, out):
+    if out is not None:
+        raise Untranslatable("out= argument")
+    t1, t2 = tensor(t1, "tensor1"), tensor(t2, "tensor2")
+    if op == "Div" and np.dtype(t1.dtype).kind in "iub":
+        raise Untranslatable("addcdiv of integer tensors")
+    y = imp.op(op, *_operands(imp, t1, t2))
+    if value != 1:
+        y = imp.op("Mul", *_operands(imp, y, value))
+    return imp.op("Add", *_operands(imp, x, y))
 
 
 @FUNCTIONS.register(torch.rsub)

@@ -39,8 +39,12 @@ def advanced_getitem(imp, x: Value, index: tuple):
     several tensors on the leading axes (`mask[batch_idx, kv_idx]`, broadcast together) index the
     flattened leading axes with one linear index. Other mixes stay opaque."""
     shape = list(imp.shape_of(x))
-    if Ellipsis in index or None in index:
-        raise Untranslatable("advanced indexing with None or an ellipsis")
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if len(ellipses) == 1:  # `qkv[..., [-2], :]` (Falcon): the ellipsis stands for the full slices it spans
+        k = ellipses[0]
+        index = index[:k] + (slice(None),) * (len(shape) - len(index) + 1) + index[k + 1:]
+    if any(i is Ellipsis or i is None for i in index):
+        raise Untranslatable("advanced indexing with None or several ellipses")
     kinds = []
     for i in index:
         if isinstance(i, slice):

@@ -472,8 +472,24 @@ def _f_normalize(imp, x, p=2.0, dim=1, eps=1e-12, out=None):
     return imp.op("Div", x, imp.op("Max", norm, imp.scalar_like(eps, x)))
 
 
+@FUNCTIONS.register(torch.baddbmm)
+@METHODS.register("baddbmm", "addmm")
+def _baddbmm(imp, x, batch1=None, batch2=None, *, beta=1, alpha=1, mat1=None, mat2=None, out=None):
+    """torch.baddbmm / Tensor.baddbmm (BLOOM's ALiBi attention scores, its operands by keyword) and
+    Tensor.addmm: beta * x + alpha * (batch1 @ batch2)."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    m1, m2 = (batch1, batch2) if batch1 is not None else (mat1, mat2)
+    if beta == 0:  # torch ignores x then (even its NaNs)
+        y = imp.op("MatMul", tensor(m1), tensor(m2))
+        return y if alpha == 1 else imp.op("Mul", y, imp.scalar_like(alpha, y))
+    return _addmm(imp, x, m1, m2, beta=beta, alpha=alpha)
+
+
 @FUNCTIONS.register(torch.addmm)
 def _addmm(imp, bias, m1, m2, *, beta=1, alpha=1):
+    if tensor(m1).dtype != tensor(m2).dtype or tensor(m1).dtype != tensor(bias, "bias").dtype:
+        raise Untranslatable("operands of different dtypes")
     y = imp.op("MatMul", tensor(m1), tensor(m2))
     if alpha != 1:
         y = imp.op("Mul", y, imp.scalar_like(alpha, y))

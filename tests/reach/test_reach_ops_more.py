@@ -1,0 +1,59 @@
+"""Constructs found by the reach sweep (benchmarks/reach.py) in models nobody here wrote, in small
+modules: addcmul / addcdiv (timm ResMLP's Affine), an integer tensor times a Python float (timm MViTv2's
+relative positions), baddbmm with keyword operands (BLOOM's ALiBi scores), an index list after an
+ellipsis (Falcon's fused QKV split). Each traces with no opaque node and equals the original."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import aiacc
+from tests.plugins.torch._helpers import assert_close_rel
+
+
+class _AddC(nn.Module):
+    def forward(self, x, a, b):
+        y = torch.addcmul(x, a, b, value=0.5) + torch.addcmul(x, a, b)
+        return y + torch.addcdiv(x, a, b.abs() + 1, value=2.0) + x.addcmul(a, b, value=-1.0)
+
+
+class _IntTimesFloat(nn.Module):
+    def forward(self, x):
+        pos = torch.arange(x.shape[-1])[None, :] - torch.arange(x.shape[-1])[:, None]  # int64
+        mask = x > 0  # bool
+        return x + pos * 0.5 + (mask * 3).to(x.dtype) + 2.0 * pos
+
+
+class _Baddbmm(nn.Module):
+    def forward(self, bias, q, k):
+        return bias.baddbmm(batch1=q, batch2=k, beta=1.0, alpha=0.25) + torch.baddbmm(bias, q, k) \
+            + torch.baddbmm(bias, q, k, beta=0.0)
+
+
+class _EllipsisIndex(nn.Module):
+    def forward(self, qkv):
+        return qkv[..., :-2, :].sum(-2, keepdim=True) + qkv[..., [-2], :] * qkv[..., [-1], :]
+
+
+CASES = {
+    "addcmul": (_AddC, lambda: (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(8))),
+    "int_times_float": (_IntTimesFloat, lambda: (torch.randn(2, 6, 6),)),
+    "baddbmm": (_Baddbmm, lambda: (torch.randn(3, 4, 5), torch.randn(3, 4, 8), torch.randn(3, 8, 5))),
+    "ellipsis_index": (_EllipsisIndex, lambda: (torch.randn(2, 3, 6, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_translates_whole_and_equal(name):
+    cls, feed = CASES[name]
+    model, x, fresh = cls().eval(), feed(), feed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, x)
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
