@@ -149,6 +149,13 @@ class Plugin:
         None where outputs have no names; verification compares them as well as the values."""
         return None
 
+    def run_named(self, model: Any, example_inputs: Any) -> tuple[list[np.ndarray], list[str] | None]:
+        """`run`'s outputs and one name per output, in the same order: where each output sits in what the
+        model returns (a dict key, a field, a position, the containers on the way; see `output_paths`) and
+        the framework's own output names. None: the outputs have no names. verify refuses an optimized model
+        whose names differ from the original's (a renamed output, a changed order or structure)."""
+        return self.run(model, example_inputs), self.output_names(model)
+
     def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
         """A no-argument callable running `model` on `inputs` (as aiacc.zoo gives them) and returning its
         outputs as numpy arrays, for timing; plugins convert the inputs to framework tensors once here."""
@@ -199,12 +206,12 @@ class Plugin:
             fallback("verify", f"the optimized {self.title} model was not verified: no example inputs were given "
                      f"(pass example inputs, or verify=False to skip the check)")
         if verify and example_inputs is not None:
-            problem = compare_outputs(self.run(model, example_inputs), self.run(out, example_inputs),
-                                      self.rtol, self.atol)
-            names, new_names = self.output_names(model), self.output_names(out)
-            if not problem and names is not None and new_names != names:
-                raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): the outputs are named "
-                                        f"{new_names}, the original's {names}")
+            expected, names = self.run_named(model, example_inputs)
+            got, new_names = self.run_named(out, example_inputs)
+            if names is not None and new_names != names:
+                raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): "
+                                        f"{renamed_output(names, new_names)}")
+            problem = compare_outputs(expected, got, self.rtol, self.atol)
             if problem:
                 culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
@@ -314,6 +321,59 @@ def _first_dim(inputs: Any) -> int | None:
             dims.add(int(x.shape[0]))
     walk(inputs)
     return dims.pop() if len(dims) == 1 else None
+
+
+def renamed_output(names: list[str], new_names: list[str] | None) -> str:
+    """The message for outputs whose names differ: the first output that differs, then both lists."""
+    new_names = list(new_names or [])
+    for i in range(max(len(names), len(new_names))):
+        was = names[i] if i < len(names) else None
+        now = new_names[i] if i < len(new_names) else None
+        if was != now:
+            if now is None:
+                first = f"output {i} ({was}) is missing"
+            elif was is None:
+                first = f"output {i} ({now}) is one the original does not have"
+            else:
+                first = f"output {i} is {now}, the original's is {was}"
+            break
+    return f"{first} (the outputs are named {new_names}, the original's {names})"
+
+
+def output_paths(out: Any, is_leaf: Callable[[Any], bool], sort_keys: bool = False,
+                 sequence_types: bool = True) -> list[tuple[str, Any]]:
+    """(path, leaf) for every leaf of a model's output, in flattening order. A path names each container
+    on the way by its type: "dict['logits']", "tuple[1]/Out.aux" (a namedtuple or dataclass field), "output"
+    for a lone leaf. sort_keys: dict keys in sorted order (tf.nest's order), else insertion order (torch's);
+    sequence_types=False writes every list and tuple as "seq" (MXNet returns lists for a tuple). A value that
+    is neither a container nor a leaf (None, a number) is kept as a leaf too, so its place is compared."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    found: list[tuple[str, Any]] = []
+
+    def walk(x: Any, path: str) -> None:
+        sep = "/" if path else ""
+        kind = type(x).__name__
+        if is_leaf(x):
+            found.append((path or "output", x))
+        elif isinstance(x, Mapping):
+            keys = sorted(x, key=str) if sort_keys else list(x)
+            for k in keys:
+                walk(x[k], f"{path}{sep}{kind}[{k!r}]")
+        elif isinstance(x, tuple) and hasattr(type(x), "_fields"):  # a namedtuple
+            for f, v in zip(type(x)._fields, x):
+                walk(v, f"{path}{sep}{kind}.{f}")
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name), f"{path}{sep}{kind}.{f.name}")
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{path}{sep}{kind if sequence_types else 'seq'}[{i}]")
+        else:
+            found.append((f"{path or 'output'}: {kind}", x))
+    walk(out, "")
+    return found
 
 
 def to_numpy_list(out: Any) -> list[np.ndarray]:

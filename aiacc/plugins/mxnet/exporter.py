@@ -113,10 +113,51 @@ def export_symbol(graph: Graph) -> tuple[MxSymbol, dict[str, np.ndarray], dict[s
     heads = []
     for v in graph.outputs:
         r = em.ref(v)
-        if em.nodes[r[0]].is_variable:  # an output straight from an input or a constant: copy it
+        # an output straight from a constant: copied (a parameter is not an output); an input is returned
+        # as itself, as MXNet names it (list_outputs() gives the variable's name, as the original's does)
+        if em.nodes[r[0]].is_variable and not any(v is i for i in graph.inputs):
             r = em.op("_copy", v.name, [r])
         heads.append(r)
+    _keep_output_names(em, graph, heads)
     return MxSymbol(em.nodes, heads), em.arg_params, em.aux_params
+
+
+def _keep_output_names(em: Emitter, graph: Graph, heads: list[Ref]) -> None:
+    """Each output node takes the name of the original's symbol node for that output (graph.meta
+    "mxnet.output_heads", recorded at import), so list_outputs() is the original's even where a pass fused
+    the node that computed it into the one before (Dense + relu: one FullyConnected named after the Dense)
+    or the importer decomposed it (FullyConnected: Flatten + Gemm). A node already holding that name inside
+    the graph (or a constant aiacc made) is renamed instead; an input's name is never taken."""
+    wanted = graph.meta.get("mxnet.output_heads")
+    if not wanted or len(wanted) != len(heads):
+        return
+    by_name = {n.name: n for n in em.nodes}
+    head_nodes = {idx for idx, _ in heads}
+    inputs = {v.name for v in graph.inputs}
+    for (idx, k), (name, k0) in zip(heads, wanted):
+        node = em.nodes[idx]
+        if k != 0 or k0 != 0 or node.is_variable or node.name == name:
+            continue
+        other = by_name.get(name)
+        if other is not None:
+            if other.index in head_nodes or name in inputs:
+                continue
+            if other.is_variable:  # a constant aiacc made (a folded value): its parameter moves with it
+                params = em.arg_params if name in em.arg_params else em.aux_params if name in em.aux_params \
+                    else None
+                if params is None:
+                    continue
+                new = em.unique(f"{name}_value")
+                params[new] = params.pop(name)
+            else:
+                new = em.unique(f"{name}_inner")
+            del by_name[other.name]
+            other.name = new
+            by_name[new] = other
+        del by_name[node.name]
+        node.name = name
+        em._names.add(name)
+        by_name[name] = node
 
 
 def _peephole(em: Emitter, graph: Graph) -> None:

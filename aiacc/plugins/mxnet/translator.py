@@ -132,7 +132,11 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
         raise UnsupportedError(f"{type(block).__name__} cannot be called on MXNet Symbols, so aiacc cannot "
                                f"trace it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                f"its hybrid_forward must use only F.* operators") from None
+    out_format = None
     if isinstance(out, (list, tuple)):
+        from mxnet.gluon.block import _flatten  # Gluon's own record of a nested output (what _regroup reads)
+
+        out_format = _flatten(list(out), "output")[1]
         out = mx.sym.Group([o.as_nd_ndarray() if np_mode else o for o in _flat_symbols(out)])
     elif np_mode:
         out = out.as_nd_ndarray()
@@ -146,6 +150,7 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
     args = {k: v for k, v in params.items() if k not in aux_names}
     aux = {k: v for k, v in params.items() if k in aux_names}
     m = MXNetModel(parse_symbol_json(text, type(block).__name__), text, args, aux, type(block).__name__)
+    m.out_format = out_format  # the optimized block returns the outputs nested as the original does
     return m, names
 
 
@@ -178,6 +183,39 @@ def _static_shape_breaks(graph: Graph) -> bool:
     training path and refuses ("No training support for LSTM with projection on CPU")."""
     return any(n.domain == "mxnet" and n.op == "RNN" and n.attrs.get("projection_size") not in (None, "None")
                for n in graph)
+
+
+def _format_fits(fmt: Any, n: int) -> bool:
+    """Whether a Gluon output format (nested lists of 0s, as gluon.block._flatten records) has n leaves."""
+    if fmt is None or isinstance(fmt, int):
+        return False
+
+    def leaves(f):
+        return 1 if f == 0 else sum(leaves(x) for x in f) if isinstance(f, list) else -10**6
+    return leaves(fmt) == n
+
+
+def _symbol_output_names(mx: Any, block: Any, n_inputs: int) -> list[str] | None:
+    """The symbol output names of a block: the plain symbol of aiacc's NativeBlock, a SymbolBlock's symbol,
+    or what a HybridBlock's hybrid_forward gives on symbols; an OrtBlock (onnxruntime, no symbol) answers
+    with the names its graph recorded from the original's symbol, so only its structure is compared. None
+    where the block has none (a plain Block)."""
+    graph = getattr(block, "aiacc_graph", None)
+    if hasattr(block, "plain_symbol"):
+        return list(block.plain_symbol.list_outputs())
+    if graph is not None:  # an OrtBlock has no symbol: its outputs are the graph's, compared by their place
+        return graph.meta.get("mxnet.output_names")
+    if isinstance(block, mx.gluon.SymbolBlock):
+        return list(block._cached_graph[1].list_outputs())
+    if not isinstance(block, mx.gluon.HybridBlock):
+        return None
+    np_mode = mx.util.is_np_array()
+    try:
+        out = block(*[mx.sym.var(n).as_np_ndarray() if np_mode else mx.sym.var(n) for n in gluon_input_names(n_inputs)])
+    except Exception:  # noqa: BLE001 - user code that runs on NDArrays only: no symbol names to compare
+        return None
+    return [name for s in (_flat_symbols(out) if isinstance(out, (list, tuple)) else [out])
+            for name in s.list_outputs()]
 
 
 class MXNetPlugin(Plugin):
@@ -227,6 +265,15 @@ class MXNetPlugin(Plugin):
         name = options.get("name") or (getattr(model, "name", None) if not isinstance(model, tuple) else None)
         g = import_symbol(m.symbol, m.params, types, name=str(name or "mxnet"), opaque_backend=SymbolOpaqueBackend(m.symbol_json, types, m.params))
         g.meta["framework"] = "mxnet"
+        # the original's outputs: (symbol node, output index) per graph output, for the exporter to name its
+        # output nodes the same; the names list_outputs() gives, for the blocks that have no symbol (OrtBlock)
+        g.meta["mxnet.output_heads"] = [(m.symbol.nodes[i].name, k) for i, k in m.symbol.heads]
+        try:
+            g.meta["mxnet.output_names"] = list(import_mxnet().sym.load_json(m.symbol_json).list_outputs())
+        except Exception:  # noqa: BLE001 - a symbol MXNet itself cannot load still translates; no names then
+            pass
+        if getattr(m, "out_format", None) is not None:
+            g.meta["mxnet.out_format"] = m.out_format
         return g
 
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
@@ -248,6 +295,8 @@ class MXNetPlugin(Plugin):
                              static_shape=options.get("static_shape", not _static_shape_breaks(graph)),
                              subgraph_backend=options.get("subgraph_backend", "auto"))
         block.aiacc_graph = graph
+        if _format_fits(graph.meta.get("mxnet.out_format"), len(graph.outputs)):
+            block._out_format = graph.meta["mxnet.out_format"]  # Gluon's _regroup nests the outputs again
         return block
 
     def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
@@ -291,6 +340,26 @@ class MXNetPlugin(Plugin):
         return out
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        return self.run_named(model, example_inputs)[0]
+
+    def run_named(self, model: Any, example_inputs: Any) -> tuple[list[np.ndarray], list[str]]:
+        """The outputs and, for each, its place in what the block returns ("seq[1]/seq[0]": MXNet itself
+        returns a hybridized block's tuple as a list, so lists and tuples are one kind) and its symbol output
+        name ("fc1_output"; a Gluon block's as its symbol gives them), which verify compares."""
+        from aiacc.plugins.base import output_paths
+
+        mx = import_mxnet()
+        block, out = self._call(model, example_inputs)
+        paths = output_paths(out, lambda x: isinstance(x, mx.nd.NDArray) or hasattr(x, "asnumpy"),
+                             sequence_types=False)
+        arrays = [_to_numpy(x) for _, x in paths]
+        symbols = _symbol_output_names(mx, block, len(example_arrays(example_inputs)))
+        if symbols is None or len(symbols) != len(paths):
+            return arrays, [p for p, _ in paths]
+        return arrays, [f"{p} ({name})" for (p, _), name in zip(paths, symbols)]
+
+    def _call(self, model: Any, example_inputs: Any) -> tuple[Any, Any]:
+        """(the Gluon block run, what it returned) on the example inputs."""
         mx = import_mxnet()
         if not isinstance(model, mx.gluon.Block):
             from aiacc.plugins.mxnet.mxrun import symbol_block
@@ -307,7 +376,9 @@ class MXNetPlugin(Plugin):
         array = mx.np.array if mx.util.is_np_array() else mx.nd.array
         nd = [array(a, dtype=a.dtype) for a in arrays]
         try:
-            return _flatten_outputs(model(*nd))
+            out = model(*nd)
+            mx.nd.waitall()
+            return model, out
         except mx.base.MXNetError as e:  # MXNet runs lazily: errors surface when outputs are read
             from aiacc.plugins.mxnet.mxrun import _mx_error
 

@@ -67,6 +67,10 @@ class OnnxPlugin(Plugin):
         names = [i.name for i in sess.get_inputs()]
         return sess.run(None, _as_feeds(names, example_inputs))
 
+    def output_names(self, model: Any) -> list[str]:
+        """The graph's output names, in order (what a session returns by name)."""
+        return [o.name for o in model.graph.output]
+
     def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
         """One CPU onnxruntime session, made once; inputs by name."""
         session = _session(model)

@@ -66,6 +66,12 @@ class TFPlugin(Plugin):
         return export_onnxruntime(graph, providers=providers)
 
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+        return self.run_named(model, example_inputs)[0]
+
+    def run_named(self, model: Any, example_inputs: Any) -> tuple[list[np.ndarray], list[str] | None]:
+        """The outputs in tf.nest order and where each sits in what the model returns ("dict['score']",
+        "list[1]", "Out.aux"): a Keras model's or a signature's output dict keys, the structure and the
+        order, which verify compares with the original's. A training step's outputs have no names."""
         try:
             return self._run(model, example_inputs)
         except AiaccError:
@@ -106,11 +112,12 @@ class TFPlugin(Plugin):
         return choose_step(out, example_inputs, False if budget is not None and compile_setting == "auto"
                            else compile_setting)
 
-    def _run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
+    def _run(self, model: Any, example_inputs: Any) -> tuple[list[np.ndarray], list[str] | None]:
+        from aiacc.plugins.base import output_paths
         from aiacc.plugins.tf.training import TRAINING_RUN, run_training
 
         if TRAINING_RUN.get() is not None:
-            return run_training(model, _as_list(example_inputs))
+            return run_training(model, _as_list(example_inputs)), None
         tfm = tf()
         xs = _as_list(example_inputs)
         from aiacc.plugins.tf.importer import _is_keras_model
@@ -124,7 +131,10 @@ class TFPlugin(Plugin):
             out = model(**{k: tfm.convert_to_tensor(x) for k, x in zip(names, xs)})
         else:
             out = model(*xs)
-        return [np.asarray(o) for o in tfm.nest.flatten(out)]
+        # tf.nest's order: dict keys sorted, so the names line up with tf.nest.flatten's arrays
+        paths = output_paths(out, lambda x: tfm.is_tensor(x) or isinstance(x, np.ndarray), sort_keys=True)
+        return [np.asarray(o) for _, o in paths if tfm.is_tensor(o) or isinstance(o, np.ndarray)], \
+            [p for p, _ in paths]
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         xs = _as_list(example_inputs)

@@ -122,8 +122,23 @@ class TorchPlugin(Plugin):
     def run(self, model: Any, example_inputs: Any) -> list[np.ndarray]:
         """Outputs as numpy, without side effects on the model (buffers and RNG restored, dropout seeded
         the same way for every model compared)."""
+        return self.run_named(model, example_inputs)[0]
+
+    def run_named(self, model: Any, example_inputs: Any) -> tuple[list[np.ndarray], list[str]]:
+        """`run`'s tensors and where each sits in what forward returns: "dict['logits']", "Out.aux",
+        "tuple[1]" (containers by type, keys and fields in order; a returned None or number keeps its
+        place too), so verify refuses a result whose output structure differs from the original's."""
         import torch
-        from torch.utils import _pytree as pytree
+
+        from aiacc.plugins.base import output_paths
+
+        paths = output_paths(self._call(model, example_inputs), lambda x: isinstance(x, torch.Tensor))
+        return ([t.detach().cpu().numpy() for _, t in paths if isinstance(t, torch.Tensor)],
+                [p for p, _ in paths])
+
+    def _call(self, model: Any, example_inputs: Any) -> Any:
+        """model(example inputs) under no_grad, buffers and RNG restored, seeded the same for every model."""
+        import torch
 
         from aiacc.plugins.torch.cuda import exact_fp32
         from aiacc.plugins.torch.importer import normalize_inputs
@@ -139,7 +154,7 @@ class TorchPlugin(Plugin):
                 for k, b in model.named_buffers():
                     if k in buffers:
                         b.copy_(buffers[k])
-        return [t.detach().cpu().numpy() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return out
 
     def feeds(self, graph: Graph, example_inputs: Any) -> dict[str, np.ndarray] | None:
         from torch.utils import _pytree as pytree
