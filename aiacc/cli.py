@@ -209,6 +209,9 @@ def cmd_inspect(args) -> int:
     if args.optimize:
         after = graph.copy()
         report = optimize_graph(after, level=args.level)
+        measured = _measured_fusions(after)
+        if measured:
+            report.note("elementwise_fusion", measured)
         stats_after = graph_stats(after, bind)
     if args.json:
         doc = {"model": title, "inputs": [{"name": v.name, "type": _shape(v.type)} for v in graph.inputs],
@@ -257,6 +260,22 @@ def cmd_inspect(args) -> int:
     else:
         _print_memory_plan(console, graph, bind)
     return _unknown_ops_status(graph)
+
+
+def _measured_fusions(graph) -> list[str]:
+    """The per-node choice the torch native export makes for the graph's FusedElementwise nodes (numba op,
+    convolution post-op or level 2's torch ops, timed here on random inputs of the node's shapes), or the
+    one line saying why it is not shown: the choice is measured by the backend at export, not by the core."""
+    if not graph.find_nodes("FusedElementwise", "aiacc"):
+        return []
+    try:
+        from aiacc.plugins.torch import export_ops  # noqa: F401  (the lowerings the choice times)
+        from aiacc.plugins.torch.numba_op import choose_fusions
+    except ImportError as e:
+        return [f"kept/dropped not measured: the choice is made by the torch native export, and torch or numba "
+                f"cannot be imported here ({e})"]
+    notes = choose_fusions(graph)
+    return [f"{k}: {v} (as the torch native export would choose, measured now)" for k, v in notes.items()]
 
 
 def _unknown_ops_status(graph) -> int:
