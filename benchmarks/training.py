@@ -14,8 +14,11 @@ hybridize flags) runs the step faster and then uses it underneath; the "aiacc pa
 chose. The loss is the mean square of the outputs (no labels needed) and the optimizer plain SGD, so every
 path does the same work.
 
-    python benchmarks/training.py [--frameworks tf,mxnet,torch] [--models resnet50,bert_encoder]
+    python benchmarks/training.py [--frameworks tf,mxnet,torch] [--models resnet_small,bert_encoder]
                                   [--batches 8,32] [--size 64] [--seq 64] [--iters 10] [--no-memory]
+                                  [--no-xla]
+    resnet_small: torchvision's ResNet-18 layout at widths 16-128, 10 classes, written alike in each
+    framework (RESNET_WIDTHS); bert_encoder: aiacc.zoo's (4 layers, hidden 256; --quick: 2 layers, 128).
     python benchmarks/training.py --quick     # a BERT-style encoder (2 layers, hidden 128, seq 32),
                                               # batch 8, every framework, 3 rounds, no memory: minutes
 """
@@ -33,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402,F401
+import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -42,7 +45,61 @@ from aiacc import zoo  # noqa: E402
 from aiacc.demo import median_ms, time_interleaved  # noqa: E402
 
 
+# the ResNet-style CNN of the table: torchvision's ResNet-18 layout (7x7/2 stem, max pool, four stages of two
+# BasicBlocks, projection shortcuts where the shape changes, global pooling, classifier) at widths 16, 32, 64,
+# 128 and 10 classes, written alike in each framework, so every framework trains the same network
+RESNET_WIDTHS = (16, 32, 64, 128)
+
+
+def resnet_small(framework: str, batch: int, size: int):
+    """(model, example inputs) of the small ResNet-18-layout CNN in `framework`, random weights, train mode."""
+    x = np.random.default_rng(0).standard_normal((batch, 3, size, size)).astype("float32")
+    if framework == "torch":
+        import torch
+
+        from aiacc.zoo.small.torch_models import BasicBlock
+        from aiacc.zoo.torch_models import ResNet
+
+        torch.manual_seed(0)
+        return ResNet(BasicBlock, (2, 2, 2, 2), num_classes=10, base=RESNET_WIDTHS[0]), (torch.from_numpy(x),)
+    if framework == "mxnet":
+        from aiacc.plugins.mxnet._import import import_mxnet
+
+        mx = import_mxnet()
+        from mxnet.gluon.model_zoo.vision.resnet import BasicBlockV1, ResNetV1
+
+        mx.random.seed(0)
+        net = ResNetV1(BasicBlockV1, [2, 2, 2, 2], [RESNET_WIDTHS[0], *RESNET_WIDTHS], classes=10)
+        net.initialize(mx.init.Xavier())
+        net(mx.nd.array(x))  # deferred shapes
+        return net, (x,)
+    import keras
+
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+
+    def conv_bn(t, width, kernel, stride):
+        t = L.Conv2D(width, kernel, stride, padding="same", use_bias=False)(t)
+        return L.BatchNormalization(epsilon=1e-5)(t)
+
+    inp = keras.Input((size, size, 3))
+    t = L.ReLU()(conv_bn(inp, RESNET_WIDTHS[0], 7, 2))
+    t = L.MaxPooling2D(3, 2, padding="same")(t)
+    cin = RESNET_WIDTHS[0]
+    for i, width in enumerate(RESNET_WIDTHS):
+        for j in range(2):
+            stride = 2 if j == 0 and i > 0 else 1
+            short = conv_bn(t, width, 1, stride) if stride != 1 or cin != width else t
+            y = L.ReLU()(conv_bn(t, width, 3, stride))
+            t = L.ReLU()(L.Add()([conv_bn(y, width, 3, 1), short]))
+            cin = width
+    out = L.Dense(10)(L.GlobalAveragePooling2D()(t))
+    return keras.Model(inp, out), np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
 def build(framework: str, model: str, batch: int, args):
+    if model == "resnet_small":
+        return resnet_small(framework, batch, args.size)
     if model == "bert_encoder":
         kw = {"seq": args.seq, **({"layers": 2, "hidden": 128, "ffn": 512} if args.quick else {})}
     else:
@@ -97,9 +154,16 @@ def tf_paths(framework, model_name, batch, args) -> dict:
             return (lambda: s(xt)), chosen(fast)
         return make
 
-    return {"original (eager)": original(None), "tf.function": original(False), "tf.function XLA": original(True),
-            "aiacc (eager loop)": optimized(None), "aiacc in tf.function": optimized(False),
-            "aiacc in XLA": optimized(True)}
+    paths = {"original (eager)": original(None), "tf.function": original(False), "tf.function XLA": original(True),
+             "aiacc (eager loop)": optimized(None), "aiacc in tf.function": optimized(False),
+             "aiacc in XLA": optimized(True)}
+    if args.no_xla:  # the table says they were left out
+        paths = {k: (SKIPPED if "XLA" in k else v) for k, v in paths.items()}
+    return paths
+
+
+# a path left out by an option: the table prints it as skipped, with the reason
+SKIPPED = "skipped: --no-xla (XLA's compile of this model is minutes on this machine)"
 
 
 def mxnet_paths(framework, model_name, batch, args) -> dict:
@@ -212,9 +276,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frameworks", default="tf,mxnet,torch")
-    ap.add_argument("--models", default="resnet50,bert_encoder")
+    ap.add_argument("--models", default="resnet_small,bert_encoder",
+                    help="resnet_small (ResNet-18 layout, widths 16-128), bert_encoder, or a zoo model (resnet50)")
     ap.add_argument("--batches", default="8,32")
     ap.add_argument("--size", type=int, default=64, help="image size of the CNN")
+    ap.add_argument("--no-xla", action="store_true", help="leave out the XLA paths (their compile is minutes "
+                    "on a large CNN)")
     ap.add_argument("--seq", type=int, default=64, help="sequence length of the encoder")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--no-memory", action="store_true", help="skip the per-path memory subprocesses")
@@ -238,7 +305,8 @@ def main(argv=None) -> int:
             for batch in (int(b) for b in args.batches.split(",")):
                 try:
                     makers = PATHS[fw](fw, model, batch, args)
-                    built = {name: make() for name, make in makers.items()}
+                    skipped = {name: why for name, why in makers.items() if isinstance(why, str)}
+                    built = {name: make() for name, make in makers.items() if name not in skipped}
                     times = time_interleaved({k: v[0] for k, v in built.items()}, args.iters, warmup=2)
                 except Exception as e:  # noqa: BLE001 - one failing row must not end the table
                     table.add_row(fw, model, str(batch), "error", "-", f"{type(e).__name__}: {str(e)[:60]}")
@@ -256,6 +324,8 @@ def main(argv=None) -> int:
                     console.print(f"{fw} {model} b{batch} {path}: {ms:.1f} ms ({base / ms:.2f}x)"
                                   + ("" if mem is None else f", peak {mem['peak'] / mib:.0f} MiB") +
                                   (f" [{notes[path]}]" if notes[path] else ""), markup=False)
+                for path, why in skipped.items():
+                    table.add_row(fw, model, str(batch), path, "-", "-", "-", why)
     console.print(table)
     return 0
 
