@@ -57,3 +57,31 @@ def test_translates_whole_and_equal(name):
         fast = aiacc.optimize(model, x)
     with torch.no_grad():
         assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
+
+
+class _UnfoldFold(nn.Module):
+    """timm VOLO's outlook attention: unfold to patches, fold the weighted patches back (overlaps summed)."""
+
+    def __init__(self, k=3, padding=1, stride=2):
+        super().__init__()
+        self.unfold = nn.Unfold(k, padding=padding, stride=stride)
+        self.k, self.padding, self.stride = k, padding, stride
+
+    def forward(self, x):
+        u = self.unfold(x)                                   # (N, C*k*k, L)
+        v = torch.nn.functional.unfold(x, (2, 3), dilation=(1, 2), padding=(1, 0), stride=1)
+        y = torch.nn.functional.fold(u * 0.5, x.shape[-2:], self.k, padding=self.padding, stride=self.stride)
+        return y, v
+
+
+def test_unfold_and_fold_are_convolutions():
+    model = _UnfoldFold().eval()
+    x, fresh = (torch.randn(2, 3, 9, 10),), (torch.randn(2, 3, 9, 10),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        assert {"Conv", "ConvTranspose"} <= {n.op for n in graph}
+        fast = aiacc.optimize(model, x)
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), 1e-5)

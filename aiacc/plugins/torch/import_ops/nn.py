@@ -497,3 +497,62 @@ def _addmm(imp, bias, m1, m2, *, beta=1, alpha=1):
     if beta != 1:
         b = imp.op("Mul", b, imp.scalar_like(beta, b))
     return imp.op("Add", y, b)
+
+
+# ---------------------------------------------------------------------------------- unfold / fold
+def _patch_weight(channels: int, kernel: list[int], dtype: str) -> np.ndarray:
+    """The one-hot (C*kh*kw, 1, kh, kw) weight that picks each kernel position into its own channel, in
+    im2col's order (channel-major, then row-major over the kernel)."""
+    kk = int(np.prod(kernel))
+    w = np.zeros((channels, kk, 1, kk), dtype=dtype)
+    w[:, np.arange(kk), 0, np.arange(kk)] = 1
+    return w.reshape([channels * kk, 1] + list(kernel))
+
+
+@FUNCTIONS.register(F.unfold)
+def _f_unfold(imp, x, kernel_size, dilation=1, padding=0, stride=1):
+    """F.unfold (im2col) of a 4-d input: a grouped Conv with the one-hot patch weight (each output channel
+    copies one kernel position of one input channel), flattened to (N, C*kh*kw, L). Exact for finite
+    inputs (every other product is by 0)."""
+    x = tensor(x)
+    if rank(x) != 4:
+        raise Untranslatable("unfold of a tensor that is not 4-d")
+    n, c = imp.shape_of(x)[:2]
+    kernel = pair(kernel_size, 2)
+    w = imp.const(_patch_weight(c, kernel, x.dtype))
+    p = pair(padding, 2)
+    y = imp.op("Conv", x, w, None, kernel_shape=kernel, strides=pair(stride, 2), pads=p + p,
+               dilations=pair(dilation, 2), group=int(c))
+    return imp.op("Reshape", y, imp.ints([0, c * int(np.prod(kernel)), -1]))
+
+
+@MODULES.register(nn.Unfold)
+def _m_unfold(imp, m, x):
+    return _f_unfold(imp, x, m.kernel_size, m.dilation, m.padding, m.stride)
+
+
+@FUNCTIONS.register(F.fold)
+def _f_fold(imp, x, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """F.fold (col2im) of a 3-d (N, C*kh*kw, L) input: the transpose of unfold, a grouped ConvTranspose with
+    the same one-hot weight on the blocks laid out as (N, C*kh*kw, oh, ow); overlapping blocks are summed."""
+    x = tensor(x)
+    if rank(x) != 3:
+        raise Untranslatable("fold of a tensor that is not 3-d")
+    _, ckk, blocks = imp.shape_of(x)
+    kernel, size = pair(kernel_size, 2), pair(output_size, 2)
+    dil, pad, st = pair(dilation, 2), pair(padding, 2), pair(stride, 2)
+    kk = int(np.prod(kernel))
+    grid = [(size[i] + 2 * pad[i] - dil[i] * (kernel[i] - 1) - 1) // st[i] + 1 for i in range(2)]
+    if ckk % kk or grid[0] * grid[1] != blocks:
+        raise Untranslatable("fold input does not match its kernel and output size")
+    c = ckk // kk
+    y = imp.op("Reshape", x, imp.ints([0, ckk] + grid))
+    out_pad = [size[i] - ((grid[i] - 1) * st[i] - 2 * pad[i] + dil[i] * (kernel[i] - 1) + 1) for i in range(2)]
+    w = imp.const(_patch_weight(c, kernel, x.dtype))
+    return imp.op("ConvTranspose", y, w, None, kernel_shape=kernel, strides=st, pads=pad + pad, dilations=dil,
+                  group=int(c), output_padding=out_pad)
+
+
+@MODULES.register(nn.Fold)
+def _m_fold(imp, m, x):
+    return _f_fold(imp, x, m.output_size, m.kernel_size, m.dilation, m.padding, m.stride)
