@@ -148,3 +148,31 @@ def test_mxnet_converter_fallback_is_an_aiacc_warning_and_strict_refuses_it(monk
     assert fast.aiacc_report.fallbacks
     with pytest.raises(FallbackError, match="converter failed"):
         aiacc.optimize(net, [x.asnumpy()], strict=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_train_mode_module_with_mode_inference_is_verified_in_eval_semantics():
+    """A module left in train mode, optimized with mode='inference': traced and verified against the original
+    in eval mode (BatchNorm's running statistics, no Dropout), with a warning and a report line saying so; the
+    module's own train flags are restored."""
+    import torch
+
+    from aiacc.errors import AiaccWarning
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.5), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    model.train()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(AiaccWarning, match="eval semantics"):
+        fast = aiacc.optimize(model, (x,), mode="inference", strict=True, progress=False)
+    assert model.training and all(m.training for m in model.modules())  # the user's mode is kept
+    assert not fast.training
+    assert any(line.startswith("mode: ") and "eval semantics" in line for line in fast.aiacc_report.interface)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+    assert fast.aiacc_report["batchnorm_folding"].removed > 0  # eval semantics: BatchNorm folded

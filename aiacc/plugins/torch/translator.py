@@ -211,10 +211,15 @@ class TorchPlugin(Plugin):
         compile_setting = compile_option(options)
         if budget is not None and options["mode"] != "training":
             raise UnsupportedError("memory_budget applies to mode='train' (inference memory is planned by the arena)")
-        with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"):
+        as_eval = options["mode"] == "inference" and model.training
+        with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"), _eval_for_inference(model, options["mode"]):
             out = super().optimize(model, example_inputs, **options)
             notes = getattr(out, "aiacc_fused_elementwise", None)
             report = getattr(out, "aiacc_report", None)
+            if as_eval and report is not None:  # the semantics the result has, next to its batch behaviour
+                report.interface = list(report.interface or []) + [
+                    "mode: the module is in train mode; optimized and verified in eval semantics (mode='inference'), "
+                    "the module itself stays in train mode"]
             if notes and report is not None:
                 report.note("elementwise_fusion", [f"{k}: {v}" for k, v in notes.items()])
             if budget is not None:
@@ -234,6 +239,29 @@ class TorchPlugin(Plugin):
                     if value is not None:
                         setattr(out, name, value)
         return out
+
+
+@contextlib.contextmanager
+def _eval_for_inference(model: Any, mode: str):
+    """mode='inference' on a module left in train mode: optimized with eval semantics, so it is traced and
+    verified against the original in eval mode too (BatchNorm's running statistics, Dropout off), not against
+    a training forward it was never meant to equal; the user's train/eval flags are restored afterwards."""
+    if mode != "inference" or not model.training:
+        yield
+        return
+    from aiacc.errors import AiaccWarning
+    import warnings
+
+    flags = {m: m.training for m in model.modules()}
+    warnings.warn(f"aiacc: {type(model).__name__} is in train mode and mode='inference' was given: it is optimized "
+                  f"and verified in eval semantics (BatchNorm running statistics, no Dropout); the module itself "
+                  f"stays in train mode", AiaccWarning, stacklevel=4)
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in flags.items():
+            m.training = training
 
 
 def _lookup_state(model: Any, qualname: str) -> Any:
