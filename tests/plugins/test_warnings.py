@@ -176,3 +176,28 @@ def test_train_mode_module_with_mode_inference_is_verified_in_eval_semantics():
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
     assert fast.aiacc_report["batchnorm_folding"].removed > 0  # eval semantics: BatchNorm folded
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="mxnet is not installed")
+def test_mxnet_variable_without_a_parameter_warns_instead_of_becoming_a_silent_input(tmp_path):
+    from aiacc.errors import collecting_fallbacks
+    from aiacc.plugins import get_plugin
+    from aiacc.plugins.mxnet._import import import_mxnet
+
+    mx = import_mxnet()
+    data = mx.sym.var("data")
+    net = mx.sym.FullyConnected(mx.sym.Activation(data, act_type="relu"), num_hidden=3, name="fc1")
+    net.save(str(tmp_path / "m-symbol.json"))
+    mx.nd.save(str(tmp_path / "m-0000.params"), {"arg:fc1_bias": mx.nd.zeros(3)})  # fc1_weight is missing
+    plugin = get_plugin("mxnet")
+    with pytest.warns(AiaccWarning, match=r"variable 'fc1_weight' \(read by .*fc1.*\) has no value in the "
+                                          r"parameters: it is loaded as an extra model input"):
+        g = plugin.load_file(str(tmp_path / "m-symbol.json"))
+    assert [v.name for v in g.inputs] == ["data", "fc1_weight"]
+    with pytest.raises(FallbackError, match="fc1_weight"), collecting_fallbacks(strict=True):
+        plugin.load_file(str(tmp_path / "m-symbol.json"))
+    # the data input alone (a variable no layer reads as a parameter) loads without a warning
+    mx.nd.save(str(tmp_path / "m-0000.params"), {"arg:fc1_bias": mx.nd.zeros(3), "arg:fc1_weight": mx.nd.ones((3, 4))})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AiaccWarning)
+        assert [v.name for v in plugin.load_file(str(tmp_path / "m-symbol.json")).inputs] == ["data"]

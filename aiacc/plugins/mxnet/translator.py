@@ -8,6 +8,7 @@ Inputs of a Gluon block are named as `HybridBlock.export` names them: `data` for
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Mapping, Sequence
 
@@ -86,6 +87,30 @@ def _readers(m: MXNetModel, name: str) -> str:
     return ", ".join(readers) or "an output"
 
 
+# layer ops whose inputs after the first are their parameters (weight, bias, gamma, beta, moving statistics)
+_PARAM_READERS = {"Convolution", "Deconvolution", "FullyConnected", "BatchNorm", "InstanceNorm", "LayerNorm",
+                  "GroupNorm", "Embedding", "LeakyReLU", "RNN", "_contrib_SyncBatchNorm"}
+_PARAM_NAME = re.compile(r"_(weight|bias|gamma|beta|moving_mean|moving_var|running_mean|running_var|alpha)$")
+
+
+def _warn_missing_params(m: MXNetModel, free: Sequence[str]) -> None:
+    """With no example inputs every free variable becomes a model input: one that looks like a parameter (a
+    layer's weight, bias, gamma... input, or named so) has no value in the params, which is a fallback
+    (AiaccWarning naming it; FallbackError under strict=True), not a silent extra input."""
+    from aiacc.errors import fallback
+
+    by_name = {n.name: n for n in m.symbol.nodes if n.is_variable}
+    for name in free:
+        var = by_name.get(name)
+        as_param = var is not None and any(
+            n.op in _PARAM_READERS and any(i == var.index for i, _ in n.inputs[1:]) for n in m.symbol.nodes)
+        if as_param or _PARAM_NAME.search(name):
+            fallback(f"mxnet.missing_param:{name}",
+                     f"{m.source}: variable {name!r} (read by {_readers(m, name)}) has no value in the parameters: "
+                     f"it is loaded as an extra model input (give the params file that has it, or name the data "
+                     f"inputs with input_names=)")
+
+
 def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] | None) -> list[str]:
     free = m.free_variables()
     if isinstance(example_inputs, Mapping):
@@ -98,6 +123,8 @@ def _input_names(m: MXNetModel, example_inputs: Any, input_names: Sequence[str] 
             raise ShapeError(f"{m.source}: {n} example inputs given, but the model has {len(free)} input "
                              f"variable(s): {', '.join(free) or 'none'}")
         names = free if n is None else free[:n]
+        if n is None:
+            _warn_missing_params(m, free)
     for name in free:
         if name not in names:
             raise UnsupportedError(f"{m.source}: variable {name!r} (read by {_readers(m, name)}) has no value in "
