@@ -23,21 +23,35 @@ from aiacc import progress  # noqa: E402
 
 TV = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t", "maxvit_t",
       "regnet_y_400mf", "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "googlenet", "mnasnet0_5",
-      "vit_b_16", "swin_v2_t", "efficientnet_v2_s"]
-TV_SEG = ["lraspp_mobilenet_v3_large", "fcn_resnet50", "deeplabv3_mobilenet_v3_large"]
-TIMM = ["resnet18", "mobilenetv3_small_050", "efficientnet_b0", "convnext_atto", "levit_128s", "edgenext_xx_small",
-        "mobilevit_xxs", "vit_tiny_patch16_224", "deit_tiny_patch16_224", "regnetx_002", "ghostnet_050",
-        "resnest14d", "coat_lite_tiny", "poolformer_s12", "mixer_s16_224"]
+      "vit_b_16", "swin_v2_t", "efficientnet_v2_s", "regnet_x_400mf", "shufflenet_v2_x1_0", "mnasnet1_0",
+      "squeezenet1_0", "inception_v3", "vit_b_32", "resnext50_32x4d", "wide_resnet50_2", "alexnet", "vgg11_bn",
+      "mobilenet_v2", "mobilenet_v3_large"]
+TV_SEG = ["lraspp_mobilenet_v3_large", "fcn_resnet50", "deeplabv3_mobilenet_v3_large", "deeplabv3_resnet50"]
+# name or name@size (default 64; a family with a fixed token grid needs its own size)
+TIMM = ["resnet18", "mobilenetv3_small_050", "efficientnet_b0", "convnext_atto", "levit_128s@224",
+        "edgenext_xx_small", "mobilevit_xxs", "vit_tiny_patch16_224@224", "deit_tiny_patch16_224@224", "regnetx_002",
+        "ghostnet_050", "resnest14d", "coat_lite_tiny@224", "poolformer_s12", "mixer_s16_224@224",
+        "mobilevitv2_050", "levit_128@224", "edgenext_x_small", "poolformerv2_s12", "coatnet_0_rw_224@224",
+        "deit_tiny_distilled_patch16_224@224", "beit_base_patch16_224@224", "cait_xxs24_224@224",
+        "xcit_nano_12_p16_224@224", "mixer_s32_224@224", "resmlp_12_224@224", "regnetz_005", "ghostnetv2_100",
+        "hrnet_w18_small", "efficientformer_l1@224", "efficientformerv2_s0@224", "fastvit_t8", "repvit_m1",
+        "crossvit_tiny_240@240", "pit_ti_224@224", "twins_svt_small@224", "pvt_v2_b0",
+        "swin_tiny_patch4_window7_224@224", "maxvit_tiny_tf_224@224", "mvitv2_tiny@224", "nfnet_l0", "dla34",
+        "dpn48b", "cspresnet50", "cspdarknet53", "rexnet_100", "lcnet_050", "tinynet_e", "mixnet_s", "fbnetv3_b",
+        "hardcorenas_a", "res2net50_14w_8s", "selecsls42b", "ese_vovnet19b_dw", "tresnet_m", "gernet_s",
+        "regnety_002", "resnetv2_18", "densenet121", "inception_v3@96", "xception41", "eva02_tiny_patch14_224@224",
+        "flexivit_small@240", "volo_d1_224@224", "sequencer2d_s@224", "gcvit_xxtiny@224", "davit_tiny@224",
+        "focalnet_tiny_srf@224", "inception_next_atto", "efficientvit_b0@224", "tiny_vit_5m_224@224"]
 HF = list(M._HF)
 
 
 def sample():
     """(label, builder) for every model of the sweep."""
-    out = [(f"tv/{n}", (lambda n=n: M.tv_model(n, 224 if n.startswith(("vit", "maxvit", "swin")) else 64)))
-           for n in TV]
+    out = [(f"tv/{n}", (lambda n=n: M.tv_model(n, 224 if n.startswith(("vit", "maxvit", "swin")) else
+                                                96 if n.startswith("inception") else 64))) for n in TV]
     out += [(f"tv/{n}", (lambda n=n: M.tv_segmentation(n, 64))) for n in TV_SEG]
-    out += [(f"timm/{n}", (lambda n=n: M.timm_model(n, 224 if any(k in n for k in
-             ("vit", "deit", "levit", "coat", "mixer")) else 64))) for n in TIMM]
+    out += [(f"timm/{n.split('@')[0]}", (lambda n=n: M.timm_model(n.split("@")[0], int(n.split("@")[1])
+                                                                   if "@" in n else 64))) for n in TIMM]
     out += [(f"hf/{n}", (lambda n=n: M.hf_model(n))) for n in HF]
     return out
 

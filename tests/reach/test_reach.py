@@ -63,7 +63,8 @@ def test_torchvision_segmentation_returns_its_ordered_dict():
 
 
 @needs_timm
-@pytest.mark.parametrize("name,size", [("levit_128s", 224), ("mobilevit_xxs", 64), ("convnext_atto", 64)])
+@pytest.mark.parametrize("name,size", [("levit_128s", 224), ("mobilevit_xxs", 64), ("convnext_atto", 64),
+                                       ("pvt_v2_b0", 64)])
 def test_timm(name, size):
     check_whole_and_verified(*M.timm_model(name, size))
 
@@ -76,7 +77,8 @@ def test_timm_edgenext_div_rounding_mode_and_float_cumsum_translate():
 
 
 @needs_hf
-@pytest.mark.parametrize("name", ["bert", "roberta", "albert", "gpt2", "llama", "t5_encoder", "deberta_v2", "vit"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "albert", "gpt2", "llama", "t5_encoder", "deberta_v2", "vit",
+                                  "mistral", "falcon", "gpt_neox", "opt"])
 def test_transformers_returns_its_model_output(name):
     check_whole_and_verified(*M.hf_model(name))
 
