@@ -87,3 +87,40 @@ def test_lrn_follows_caffes_formula_with_k():
     window = sum(sq[:, i:i + 7] for i in range(5))
     want = x / (2 + 0.3 / 5 * window) ** 0.75
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_cv
+@pytest.mark.parametrize("kind", ["ReLU6", "DepthwiseConvolution", "ConvolutionDepthwise"])
+def test_forks_mobilenet_layer_types(kind, tmp_path):
+    """MobileNet ports' layer types: an in-place ReLU6 (no rule: opaque, OpenCV runs it, its in-place top
+    included) and the depthwise convolution types (a grouped Convolution, translated), equal to OpenCV."""
+    import cv2
+
+    import aiacc
+    from aiacc.plugins.caffe.model import CaffeModel
+
+    conv = kind if "Depthwise" in kind else "Convolution"
+    act = "ReLU6" if kind == "ReLU6" else "ReLU"
+    text = f"""name: "t" input: "data" input_shape {{ dim: 1 dim: 4 dim: 6 dim: 6 }}
+    layer {{ name: "dw" type: "{conv}" bottom: "data" top: "dw" convolution_param {{ num_output: 4 kernel_size: 3 group: 4 }} }}
+    layer {{ name: "act" type: "{act}" bottom: "dw" top: "dw" }}
+    layer {{ name: "pw" type: "Convolution" bottom: "dw" top: "pw" convolution_param {{ num_output: 3 kernel_size: 1 }} }}"""
+    model = CaffeModel.from_text(text).fill_random(seed=0) if "Depthwise" not in kind else None
+    if model is None:  # fill_random knows Convolution's blobs: fill the Convolution twin, then rename the type
+        model = CaffeModel.from_text(text.replace(kind, "Convolution")).fill_random(seed=0)
+        model.net.layer[0].type = kind
+        model.invalidate()
+    assert [n.op for n in aiacc.trace(model) if n.is_opaque] == (["ReLU6"] if kind == "ReLU6" else [])
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32) * 10  # past ReLU6's 6
+    fast = aiacc.optimize(model, x)
+    fast.save(tmp_path / "o.prototxt", tmp_path / "o.caffemodel")
+    cv_model = model
+    if kind != "ReLU6":  # OpenCV knows no depthwise type: the reference is the same layer as a Convolution
+        cv_model = CaffeModel.from_text(text.replace(kind, "Convolution"), model.to_caffemodel())
+    cv_model.save(tmp_path / "ref.prototxt", tmp_path / "ref.caffemodel")
+    ref = cv2.dnn.readNetFromCaffe(str(tmp_path / "ref.prototxt"), str(tmp_path / "ref.caffemodel"))
+    ref.enableWinograd(False)
+    ref.setInput(x, "data")
+    want = ref.forward("pw")
+    for got in (model.forward(data=x)["pw"], fast.forward(data=x)["pw"]):
+        assert C.rel_err(want, got) <= C.RTOL

@@ -76,6 +76,17 @@ def _convolution(ctx: LayerContext) -> list[Value]:
     return ctx.final("ConvTranspose" if deconv else "Conv", ctx.x(), w, b, **attrs)
 
 
+@TRANSLATORS.register("DepthwiseConvolution", "ConvolutionDepthwise")
+def _depthwise_convolution(ctx: LayerContext) -> list[Value]:
+    """The forks' depthwise layer types (MobileNet ports): a Convolution whose group is its input channels,
+    which is what they compute. Another group (or none given) is left to the fork: opaque."""
+    p = ctx.layer.convolution_param
+    shape = ctx.maybe_shape()
+    if shape is None or len(shape) < 3 or p.group != shape[1] or p.num_output % max(p.group, 1):
+        raise Untranslatable(f"{ctx.layer.type} with group {p.group} on {shape} is not a plain grouped convolution")
+    return _convolution(ctx)
+
+
 @TRANSLATORS.register("Pooling")
 def _pooling(ctx: LayerContext) -> list[Value]:
     ctx.need_bottoms(1)

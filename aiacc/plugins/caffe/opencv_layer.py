@@ -27,11 +27,20 @@ def _one_layer_net(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]):
     for bottom, shape in zip(layer.bottom, shapes):
         net.input.append(bottom)
         net.input_shape.add().dim.extend(int(d) for d in shape)
-    net.layer.add().CopyFrom(layer)
+    one = net.layer.add()
+    one.CopyFrom(layer)
+    del one.top[:]
+    one.top.extend(_tops(layer))
     weights = net.SerializeToString()
     for lp in net.layer:
         del lp.blobs[:]
     return text_format.MessageToString(net).encode(), weights
+
+
+def _tops(layer: pb.LayerParameter) -> list[str]:
+    """The layer's tops in the one-layer net: an in-place top (also a bottom, hence a net input there) gets a
+    name of its own, or OpenCV would answer the input when asked for it."""
+    return [f"{t}/aiacc_top{i}" if t in layer.bottom else t for i, t in enumerate(layer.top)]
 
 
 def _read(layer: pb.LayerParameter, shapes):
@@ -65,7 +74,8 @@ def output_shapes(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]) -> 
 def kernel(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]) -> Callable[..., list[np.ndarray]]:
     """A numpy kernel running `layer` in OpenCV (a one-layer net, read once)."""
     net = _read(layer, shapes)
-    tops = list(layer.top)
+    # OpenCV's forward() takes layer names: a one-top layer by its own name (its top may be in place)
+    tops = [layer.name] if len(layer.top) == 1 else _tops(layer)
 
     def run(*arrays):
         for name, a in zip(layer.bottom, arrays):
