@@ -17,6 +17,9 @@ fixed seeds), batch 1 and 8, 2 threads everywhere, timed interleaved (one call o
     ort int8        onnxruntime's own onnxruntime.quantization.quantize_static on that export, QDQ,
                     per-channel weights, on the same calibration data (reduce_range where this CPU has no
                     VNNI, as aiacc does: the same integer kernels' constraint)
+    ort dyn         with --dynamic only: onnxruntime's quantize_dynamic on that export (int8 weights,
+                    activations quantized at run time per tensor: DynamicQuantizeMatMul / ConvInteger),
+                    for reference: aiacc's int8 is static post-training quantization, as the issue asks
     aiacc bf16      aiacc.optimize(precision="bf16") (torch native), with --bf16 only: timed apart (2 calls),
                     as on a CPU without bf16 units (AVX2 only, like this one) one call takes seconds
     aiacc int8      aiacc.optimize(precision="int8", backend="onnxruntime", calibration=same data)
@@ -154,10 +157,10 @@ def accuracy(frameworks):
 
 
 # --------------------------------------------------------------------------------------------- speed
-def speed(models, batches, iters, bf16=False):
+def speed(models, batches, iters, bf16=False, dynamic=False):
     import onnxruntime as ort
     import torch
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     import aiacc
     from aiacc import zoo
@@ -218,6 +221,11 @@ def speed(models, batches, iters, bf16=False):
                                 weight_type=QuantType.QInt8)
                 ortq_s = time.time() - t1
                 sq = session(q8)
+                if dynamic:
+                    qd = os.path.join(d, "qd.onnx")
+                    quantize_dynamic(f32, qd, per_channel=True, reduce_range=not has_int8_dot(),
+                                     weight_type=QuantType.QInt8)
+                    sd = session(qd)
             feeds = {n: t.numpy() for n, t in zip(names, xs)}
             pfeeds = {n: t.numpy() for n, t in zip(names, probe)}
             from aiacc.backends import onnxruntime as aort
@@ -229,6 +237,8 @@ def speed(models, batches, iters, bf16=False):
                 q = aiacc.optimize(model, x, precision="int8", calibration=cal, backend="onnxruntime")
             aiacc_s = time.time() - t1
             fns = {"ort fp32": lambda: s32.run(None, feeds), "ort int8": lambda: sq.run(None, feeds)}
+            if dynamic:
+                fns["ort dyn"] = lambda: sd.run(None, feeds)
             bf_ms = float("nan")
             if bf16:  # timed apart, 2 calls: on a CPU without bf16 units a call takes seconds
                 try:
@@ -251,11 +261,13 @@ def speed(models, batches, iters, bf16=False):
             got = got[0] if isinstance(got, (tuple, list)) else got
             err = rel(getattr(got, "last_hidden_state", got).numpy(), want)
             qerr = rel(sq.run(None, pfeeds)[0], want)
+            dyn = (f" ort dyn {ms['ort dyn']:.1f} ms (fp32/dyn {ms['ort fp32'] / ms['ort dyn']:.2f}, "
+                   f"err {rel(sd.run(None, pfeeds)[0], want):.4f});") if dynamic else ""
             print(f"  {name:14s} {b:2d} {ms['ort fp32']:9.1f} {ms['ort int8']:9.1f} "
                   f"{bf_ms:10.1f} {ms['aiacc int8']:10.1f} "
                   f"{ms['ort fp32'] / ms['aiacc int8']:9.2f} {ms['ort int8'] / ms['aiacc int8']:9.2f} "
                   f"{err:8.4f} {qerr:8.4f} aiacc {aiacc_s:.0f} s, quantize_static {ortq_s:.0f} s "
-                  f"(total {time.time() - t0:.0f} s); {str(q.aiacc_precision).splitlines()[0]}", flush=True)
+                  f"(total {time.time() - t0:.0f} s);{dyn} {str(q.aiacc_precision).splitlines()[0]}", flush=True)
 
 
 def main(argv=None):
@@ -268,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="digits (torch, keras) and ResNet-50 at batch 8")
     ap.add_argument("--bf16", action="store_true", help="also time aiacc bf16 (2 calls; seconds each without "
                                                          "AVX-512 BF16)")
+    ap.add_argument("--dynamic", action="store_true", help="also time onnxruntime's quantize_dynamic (for "
+                                                            "reference; aiacc's int8 is static)")
     a = ap.parse_args(argv)
     set_threads(THREADS)
     models = a.models.split(",")
@@ -276,7 +290,7 @@ def main(argv=None):
         models, batches = ["digits", "resnet50"], [8]
     if "digits" in models:
         accuracy(a.frameworks.split(","))
-    speed([m for m in models if m != "digits"], batches, a.iters, a.bf16)
+    speed([m for m in models if m != "digits"], batches, a.iters, a.bf16, a.dynamic)
 
 
 if __name__ == "__main__":

@@ -194,3 +194,55 @@ def test_a_misspelt_option_is_refused_on_the_precision_path_too():
     m = Net().eval()
     with pytest.raises(OptionError, match="unknown option 'verfy'"):
         aiacc.optimize(m, _data(1)[0], precision="int8", calibration=_data(2), verfy=False)
+
+
+def _int8_on_onnxruntime(q) -> None:
+    """The model runs the QDQ plan on onnxruntime: int8 weights, Q/DQ pairs, the report says where."""
+    assert q.aiacc_precision.backend == "onnxruntime"
+    runner = getattr(q, "runner", None) or q._runner  # the MXNet block keeps its runner private
+    g = runner.graph
+    assert runner.sessions and g.op_histogram().get("QuantizeLinear", 0) >= 2
+    assert any(v.const.dtype == np.int8 for v in g.initializers.values())
+
+
+def test_mxnet_gluon_int8_runs_through_onnxruntime():
+    from aiacc.plugins.mxnet._import import import_mxnet
+
+    try:  # mxnet needs numpy's removed aliases restored first: import it the plugin's way
+        mx = import_mxnet()
+    except ImportError:
+        pytest.skip("mxnet is not installed")
+    from mxnet.gluon import nn as gnn
+
+    mx.random.seed(0)
+    net = gnn.HybridSequential()
+    net.add(gnn.Conv2D(8, 3, padding=1, activation="relu"), gnn.Conv2D(8, 3, padding=1, activation="relu"),
+            gnn.Flatten(), gnn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    r = np.random.default_rng(0)
+    cal = [mx.nd.array(r.standard_normal((4, 3, 8, 8)).astype(np.float32)) for _ in range(4)]
+    net(cal[0])
+    with pytest.warns(Warning, match="MXNet export has no int8 kernels.*onnxruntime"):
+        q = aiacc.optimize(net, cal[0], precision="int8", calibration=cal)
+    _int8_on_onnxruntime(q)
+    assert len(q.aiacc_precision.quantized) == 3
+    x = mx.nd.array(r.standard_normal((4, 3, 8, 8)).astype(np.float32))
+    assert _rel(q(x).asnumpy(), net(x).asnumpy()) < 0.05
+
+
+def test_caffe_int8_runs_through_onnxruntime():
+    from tests.zoo import caffe_models
+
+    model = caffe_models.build("resnet")
+    r = np.random.default_rng(0)
+    cal = [{"data": r.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    with pytest.warns(Warning, match="Caffe export has no int8 kernels.*onnxruntime"):
+        q = aiacc.optimize(model, cal[0], precision="int8", calibration=cal)
+    _int8_on_onnxruntime(q)
+    rep = q.aiacc_precision
+    assert {"conv1", "res2a_branch2a", "res3a_branch1", "res3a_branch2a", "pool5", "fc"} <= set(rep.quantized)
+    # the Eltwise sum and product read float (scaled branches, PReLU) and feed float ops (Max, ELU)
+    assert set(rep.kept_float) == {"res3a", "res3a_prod"}
+    x = {"data": r.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    assert _rel(q.forward(**x)["prob"], model.forward(**x)["prob"]) < 0.05
