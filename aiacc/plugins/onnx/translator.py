@@ -69,6 +69,8 @@ class OnnxPlugin(Plugin):
 
     def output_names(self, model: Any) -> list[str]:
         """The graph's output names, in order (what a session returns by name)."""
+        if hasattr(model, "get_outputs"):  # a session (backend="aiacc" returns an AiaccSession)
+            return [o.name for o in model.get_outputs()]
         return [o.name for o in model.graph.output]
 
     def runner(self, model: Any, inputs: Any) -> Callable[[], list[np.ndarray]]:
