@@ -44,7 +44,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -344,27 +343,11 @@ def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple
              block: int, timeout: float, nodes: int = 2) -> dict:
     """One testbed of `nodes` nodes at `rate`, the worker on each node (pinned to its own core, cycling
     over the cores when there are more nodes than cores); rank 0's report."""
-    from aiacc.distributed.launch import launch_local
-    from aiacc.distributed.testbed import Testbed
+    from benchmarks.testbed_report import run_workers
 
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "report.json")
-        argv = [__file__, "--worker", out, "--models", ",".join(models), "--steps", str(steps),
-                "--warmup", str(warmup), "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
-                "--block", str(block)]
-        env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        if rate == "loopback":  # 2 ranks on this machine's loopback, unshaped and unpinned
-            res = launch_local(argv, 2, timeout=timeout, env=env)
-            for k, r in enumerate(res):
-                r.node = k
-        else:
-            with Testbed(nodes, rate) as tb:
-                res = tb.run(argv, launcher="env", cpus="auto", timeout=timeout, fail_grace=5.0, env=env)
-        for r in res:
-            if r.returncode != 0:
-                raise SystemExit(f"benchmark rank on node {r.node} failed (returncode {r.returncode}):\n"
-                                 f"{(r.stdout or '')[-1500:]}\n{(r.stderr or '')[-3000:]}")
-        return json.loads(Path(out).read_text())
+    return run_workers(__file__, ["--models", ",".join(models), "--steps", str(steps), "--warmup", str(warmup),
+                                  "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
+                                  "--block", str(block)], rate=rate, nodes=nodes, timeout=timeout)
 
 
 ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook",

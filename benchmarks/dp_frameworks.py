@@ -27,7 +27,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -158,23 +157,15 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from aiacc.distributed.testbed import Testbed, unavailable
+    from aiacc.distributed.testbed import unavailable
+    from benchmarks.testbed_report import run_workers
 
     reason = unavailable()
     if reason:
         raise SystemExit(f"benchmarks/dp_frameworks.py: {reason}")
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "report.json")
-        argv = [__file__, "--worker", out, "--frameworks", ",".join(frameworks), "--steps", str(args.steps),
-                "--warmup", str(args.warmup)]
-        env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "TF_CPP_MIN_LOG_LEVEL": "3",
-               "CUDA_VISIBLE_DEVICES": ""}
-        with Testbed(2, args.rate) as tb:
-            res = tb.run(argv, launcher="env", cpus="auto", timeout=1200, fail_grace=5.0, env=env)
-        for r in res:
-            if r.returncode != 0:
-                raise SystemExit(f"rank on node {r.node} failed ({r.returncode}):\n{(r.stderr or '')[-3000:]}")
-        report = json.loads(Path(out).read_text())
+    report = run_workers(__file__, ["--frameworks", ",".join(frameworks), "--steps", str(args.steps),
+                                    "--warmup", str(args.warmup)], rate=args.rate, timeout=1200,
+                         env={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""})
     t = Table(title=f"TF / MXNet data-parallel step, 2 nodes x 1 rank at {args.rate} (MLP 3.7 M parameters, "
                     f"batch {BATCH} per rank), medians of interleaved steps")
     for col in ("framework", "candidate", "median step ms", "p25-p75 ms", "vs sync (same plan)"):

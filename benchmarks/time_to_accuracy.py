@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -131,21 +130,14 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.target, args.max_epochs)
         return
-    from aiacc.distributed.testbed import Testbed, unavailable
+    from aiacc.distributed.testbed import unavailable
+    from benchmarks.testbed_report import run_workers
 
     reason = unavailable()
     if reason:
         raise SystemExit(f"benchmarks/time_to_accuracy.py: {reason}")
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "tta.json")
-        with Testbed(2, args.rate) as tb:
-            res = tb.run([__file__, "--worker", out, "--target", str(args.target), "--max-epochs", str(args.max_epochs)],
-                         launcher="env", cpus="auto", timeout=1800, fail_grace=5.0,
-                         env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
-        for r in res:
-            if r.returncode != 0:
-                raise SystemExit(f"rank on node {r.node} failed ({r.returncode}):\n{(r.stderr or '')[-3000:]}")
-        rep = json.loads(Path(out).read_text())
+    rep = run_workers(__file__, ["--target", str(args.target), "--max-epochs", str(args.max_epochs)],
+                      rate=args.rate, timeout=1800)
     print(f"digits (scikit-learn): {rep['train']} train / {rep['test']} test images; CNN of {rep['params']} parameters; "
           f"2 emulated nodes x 1 rank at {args.rate}, each on its own core; batch {BATCH} per rank, SGD lr {LR} "
           f"momentum {MOMENTUM}, seed {SEED}; target {args.target:.0%} test accuracy")
