@@ -248,7 +248,8 @@ class Plugin:
         try:
             problem = compare_outputs(expected, self.run(out, bigger), self.rtol, self.atol)
         except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
-            problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            problem = f"{type(e).__name__}: {first[:160] + '...' if len(first) > 160 else first}"
         if not problem:
             return [f"batch: traced at {batch}, runs at other sizes (checked at batch {n}: same outputs)"]
         why = f"the optimized model was specialized to batch {batch} (at batch {n}: {problem})"
@@ -304,6 +305,53 @@ class Plugin:
         """Optimize a model file of this framework and write the result at `out` (`files.optimize_file`;
         options: level, passes, disable, debug, verify and the framework's own)."""
         return self.files().optimize_file(path, out, **options)
+
+
+def grow_arrays(example_inputs: Any, n: int, seed: int = 0) -> Any:
+    """`example_inputs` (a nest of dicts, lists and tuples) with every array-like leaf as a numpy array of `n`
+    rows: rows repeated, float rows perturbed by 1% noise so they differ; scalars and other leaves as they
+    are. `Plugin.with_batch` of the plugins whose models take numpy arrays (TF, MXNet, ONNX)."""
+    rng = np.random.default_rng(seed)
+
+    def grow(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: grow(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(grow(v) for v in x) if not hasattr(type(x), "_fields") else type(x)(*map(grow, x))
+        if not hasattr(x, "shape") or len(getattr(x, "shape")) == 0:
+            return x
+        a = x.asnumpy() if hasattr(x, "asnumpy") else np.asarray(x)
+        big = np.concatenate([a] * -(-n // a.shape[0]), axis=0)[:n].copy()
+        if np.issubdtype(big.dtype, np.floating):
+            big = (big + 0.01 * rng.standard_normal(big.shape)).astype(a.dtype)
+        return big
+    return grow(example_inputs)
+
+
+class BatchGuard:
+    """The check of a model specialized to one batch size: `check(inputs)` raises a ShapeError naming the first
+    input whose first dimension is not `batch`, the size it was built for and why. A class, not a closure, so
+    a guarded model still pickles; each plugin calls it where its model takes its inputs."""
+
+    def __init__(self, batch: int, why: str, names: Any = None, model: str = "the optimized model"):
+        self.batch, self.why, self.names, self.model = batch, why, list(names or []), model
+
+    def check(self, inputs: Any) -> None:
+        """ShapeError for the first array-like among `inputs` (a sequence) whose first dimension differs."""
+        from aiacc.errors import ShapeError
+
+        for i, x in enumerate(inputs):
+            shape = getattr(x, "shape", None)
+            if shape is None or len(shape) == 0:
+                continue
+            size = shape[0]
+            size = None if size is None else int(size)
+            if size is not None and size != self.batch:
+                name = self.names[i] if i < len(self.names) else f"input {i}"
+                dims = [None if d is None else int(d) for d in shape]
+                raise ShapeError(f"{self.model}: input {name!r} of shape {dims}: its dimension 0 must be "
+                                 f"{self.batch}, the batch size the model was built for ({self.why}); call it "
+                                 f"with batch {self.batch} or optimize it with an example of this size")
 
 
 def _first_dim(inputs: Any) -> int | None:

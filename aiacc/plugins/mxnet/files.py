@@ -120,12 +120,52 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
         if problem:
             raise VerificationError(f"aiacc optimize {path}: {problem}")
         said = f"verified: same outputs on random inputs (seed {seed}, rtol={t.rtol:g}, atol={t.atol:g})"
+        said += _batch_claim(path, ref, new, feeds, t)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     sym_path, params_path = written_paths(out)
     with open(sym_path, "w") as f:
         f.write(sym.to_json())
     save_params(params_path, args, aux)
     return FileReport(path, "mxnet", [sym_path, params_path], report, g, said)
+
+
+def _batch_claim(path: str, ref: Any, new: Any, feeds: list, plugin: Any) -> str:
+    """What the written model does at another batch size (the files cannot refuse one): "; runs at other batch
+    sizes ...", "" where the original itself does not run there, or a fallback (AiaccWarning; FallbackError
+    under strict) saying the written model holds only at the batch size it was optimized for."""
+    from aiacc.core.compare import compare_outputs
+    from aiacc.plugins.base import grow_arrays
+    from aiacc.plugins.mxnet._import import import_mxnet
+
+    mx = import_mxnet()
+    if not feeds or any(a.ndim == 0 for a in feeds) or len({a.shape[0] for a in feeds}) != 1:
+        return ""
+    batch = feeds[0].shape[0]
+    n = batch + 4 if batch < 4 else batch + 1
+    bigger = grow_arrays(feeds, n)
+    try:
+        expected = _flatten_outputs_of(ref, [mx.nd.array(a) for a in bigger])
+    except Exception:  # noqa: BLE001 - the original takes only its declared batch size: nothing to claim
+        return ""
+    try:
+        problem = compare_outputs(expected, _flatten_outputs_of(new, [mx.nd.array(a) for a in bigger]),
+                                  plugin.rtol, plugin.atol)
+    except Exception as e:  # noqa: BLE001 - the written model fails at the other size
+        problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+    if not problem:
+        return f"; runs at other batch sizes (checked at batch {n}: same outputs)"
+    fallback(f"batch:{path}", f"{path}: the optimized model holds only at batch {batch}, the size it was optimized "
+                              f"for (at batch {n}: {problem}); run the written files at batch {batch} only")
+    return f"; specialized to batch {batch} (at batch {n}: {problem})"
+
+
+def _flatten_outputs_of(block: Any, inputs: list) -> list:
+    from aiacc.plugins.mxnet._import import import_mxnet
+    from aiacc.plugins.mxnet.translator import _flatten_outputs
+
+    out = _flatten_outputs(block(*inputs))
+    import_mxnet().nd.waitall()
+    return out
 
 
 def written_paths(out: str) -> tuple[str, str]:

@@ -258,6 +258,28 @@ class MXNetPlugin(Plugin):
                "framework_compile": "mode='train': 'auto' measures the step hybridized with and without "
                                     "static_shape and keeps the faster; True always static_shape; False never"}
 
+    checks_batch = True
+
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example arrays with `n` rows (base.grow_arrays)."""
+        from aiacc.plugins.base import grow_arrays
+
+        return grow_arrays(example_arrays(example_inputs), n)
+
+    def guard_batch(self, model: Any, batch: int, why: str) -> bool:
+        """A forward pre-hook refusing any other batch size with a ShapeError (mxnet/guard.py)."""
+        from aiacc.plugins.mxnet.guard import guard_block
+
+        return guard_block(model, batch, why)
+
+    def _check_batch(self, model: Any, out: Any, example_inputs: Any) -> list[str]:
+        """base's batch check, for inference (mode='train' is verified on one recorded forward at the example's
+        size)."""
+        graph = getattr(out, "aiacc_graph", None)
+        if graph is not None and graph.meta.get("mxnet.mode") == "train":
+            return []
+        return super()._check_batch(model, out, example_inputs)
+
     def detect(self, model: Any) -> bool:
         """A Gluon Block, an MXNet Symbol or a (Symbol, arg_params, aux_params) triple."""
         mx = sys.modules.get("mxnet")

@@ -41,6 +41,28 @@ class OnnxPlugin(Plugin):
     title = "ONNX"
     install_hint = "pip install onnx onnxruntime"
 
+    checks_batch = True
+
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example arrays with `n` rows (base.grow_arrays)."""
+        from aiacc.plugins.base import grow_arrays
+
+        return grow_arrays(example_inputs, n)
+
+    def guard_batch(self, model: Any, batch: int, why: str) -> bool:
+        """Declare dimension 0 of every graph input as `batch` in the optimized ModelProto, so that a runtime
+        refuses other sizes (onnxruntime: INVALID_ARGUMENT naming the input and the dimension); False for a
+        session (backend='aiacc'), which verify then refuses."""
+        graph = getattr(model, "graph", None)
+        if graph is None or not hasattr(graph, "initializer"):
+            return False
+        for value in graph.input:
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) > 0:
+                dims[0].Clear()
+                dims[0].dim_value = batch
+        return True
+
     def detect(self, model: Any) -> bool:
         onnx = sys.modules.get("onnx")
         return onnx is not None and isinstance(model, onnx.ModelProto)

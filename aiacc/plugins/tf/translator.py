@@ -26,6 +26,22 @@ class TFPlugin(Plugin):
                "framework_compile": "mode='train': 'auto' measures the step with and without XLA (jit_compile) "
                                     "and keeps the faster; True always compiles; False never"}
 
+    checks_batch = True
+
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example inputs as numpy arrays of `n` rows (base.grow_arrays); None for a training step (its
+        verify compares one step at the example's size)."""
+        from aiacc.plugins.base import grow_arrays
+        from aiacc.plugins.tf.training import TRAINING_RUN
+
+        return None if TRAINING_RUN.get() is not None else grow_arrays(example_inputs, n)
+
+    def guard_batch(self, model: Any, batch: int, why: str) -> bool:
+        """A ShapeError in front of the module's tf.function for any other batch size (tf/guard.py)."""
+        from aiacc.plugins.tf.guard import guard_module
+
+        return guard_module(model, batch, why)
+
     def detect(self, model: Any) -> bool:
         """A Keras model, a tf.Module, a tf.function (generic or concrete) or a restored SavedModel."""
         tfm = sys.modules.get("tensorflow")
