@@ -14,9 +14,13 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
     DDP best          DDP with the best bucket size of a short interleaved sweep (1, 5, 50 MB)
     Horovod 64 MB     gradients fused into 64 MB buffers after backward (Horovod's fusion threshold)
     DDP fp16 hook     DDP with its fp16_compress_hook
-    aiacc / aiacc fp16  aiacc's DistributedOptimizer (its plan, fp32 / fp16 on the wire)
-    aiacc per-layer   the same with forward_module: each layer's update waits in the next forward only for
-                      its own buckets (communication overlaps the next forward too)
+    aiacc / aiacc fp16  aiacc's DistributedOptimizer (its plan, fp32 / fp16 on the wire) with forward_module
+                      and overlap_forward="auto": the planner's measured choice between one synchronize
+                      before step() and per-layer waits in the next forward (each layer's update waits only
+                      for its own buckets: communication overlaps the next forward too); "per-layer" in the
+                      buckets column where it chose those
+    aiacc step-sync   aiacc's plan without forward_module (what a Horovod user's code gets unchanged)
+    aiacc per-layer   (--per-layer) per-layer waits whatever the prediction (overlap_forward=True)
 
 Each candidate runs `--block` consecutive steps per round, timed up to the end of its deferred work.
 
@@ -73,17 +77,45 @@ def build(name: str, rank: int):
         model = ResNet(BasicBlock, (1, 1, 1, 1), num_classes=10, base=48)
         x = torch.randn(32, 3, 64, 64, generator=g)
         y = torch.randint(0, 10, (32,), generator=g)
-        return model, x, lambda m: torch.nn.functional.cross_entropy(m(x), y)
+        # the input in the model's dtype: float32, or float64 for the --f64-check reference
+        return model, x, lambda m: torch.nn.functional.cross_entropy(m(x.to(next(m.parameters()).dtype)), y)
     if name == "tiny":  # the CI smoke's model (tests/distributed/test_dp_smoke.py): no BatchNorm, so 2 ranks
         model = BertEncoder(64, 16, 2, 1, 32, max_len=8, dropout=0.0)  # equal single-process training
         x, y = tiny_batch(rank)
-        return model, x, lambda m: torch.nn.functional.mse_loss(m(x)[1], y)
+        return model, x, lambda m: _mse(m(x)[1], y)
     if name == "bert":
         model = BertEncoder(4000, 256, 4, 3, 1024, max_len=64, dropout=0.0)
         x = torch.randint(0, 4000, (8, 64), generator=g)
         y = torch.randn(8, 256, generator=g)
-        return model, x, lambda m: torch.nn.functional.mse_loss(m(x)[1], y)
+        return model, x, lambda m: _mse(m(x)[1], y)
     raise SystemExit(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def _mse(out, y):
+    """The mean squared error against targets `y` in the output's dtype (float64 in the --f64-check reference)."""
+    import torch
+
+    return torch.nn.functional.mse_loss(out, y.to(out.dtype))
+
+
+def float64_reference(name: str, world: int, steps: int, dtype=None) -> dict:
+    """{parameter name: tensor} after `steps` steps of what every candidate computes, in float64 (or `dtype`): each
+    rank's gradient on its own batch (BatchNorm statistics per rank, as in data-parallel training), the
+    average of the `world` gradients, SGD with momentum. Float32 candidates differ from it by their
+    rounding, including the order in which their all-reduce summed the ranks' gradients."""
+    import torch
+
+    model = build(name, 0)[0].to(dtype or torch.float64)
+    losses = [build(name, r)[2] for r in range(world)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(steps):
+        opt.zero_grad()
+        for f in losses:
+            f(model).backward()  # gradients add up over the ranks' batches
+        for p in model.parameters():
+            p.grad.div_(world)
+        opt.step()
+    return {n: p.detach() for n, p in model.named_parameters()}
 
 
 def tiny_batch(rank: int):
@@ -120,6 +152,8 @@ def measured_spec(model, loss_fn, reps: int):
                                           for l, w, b in zip(specs[0].layers, weights, bwd)))
 
 
+_MARKS: list | None = None  # (phase, perf_counter) of each step's phases while wire_profile records
+
 AFTER_BACKWARD = ("after backward", "Horovod 64 MB")  # candidates that reduce only once backward has ended
 
 
@@ -134,9 +168,9 @@ def after_backward_plan(plan, spec):
 
 
 def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, ddp_best_mb: int | None,
-               only_sweep: bool = False):
-    """{label: (model, step function, plan for the simulator or None, compression)}; `only_sweep`: just
-    DDP at each bucket size of `sweep`."""
+               only_sweep: bool = False, per_layer: bool = False):
+    """{label: (model, step function, plan for the simulator or None, compression[, finish])}; `only_sweep`:
+    just DDP at each bucket size of `sweep`; `per_layer`: also aiacc with per-layer waits forced."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -153,8 +187,16 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
 
     def plain(model, loss_fn, opt, after=None):
         def step():
+            marks = _MARKS
+            if marks is not None:  # --timeline: when each phase of the step began
+                marks.append(("forward", time.perf_counter()))
             opt.zero_grad()
-            loss_fn(model).backward()
+            loss = loss_fn(model)
+            if marks is not None:
+                marks.append(("backward", time.perf_counter()))
+            loss.backward()
+            if marks is not None:
+                marks.append(("reduce+update", time.perf_counter()))
             if after:
                 after()
             opt.step()
@@ -226,15 +268,21 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
     m, st, plan = ddp(25, default_hooks.fp16_compress_hook)
     out["DDP fp16 hook"] = (m, st, plan, "fp16")
 
-    for label, compression in (("aiacc", "none"), ("aiacc fp16", "fp16")):
+    # aiacc: the planner's measured choice between one synchronize before step() and per-layer waits in the
+    # next forward (forward_module, overlap_forward="auto": each layer's update, and so its forward, waits
+    # only for its own buckets, so communication overlaps the next forward too); "aiacc step-sync" is what
+    # a Horovod user gets without the forward_module extension
+    for label, compression, fwd in (("aiacc", "none", True), ("aiacc fp16", "fp16", True),
+                                    ("aiacc step-sync", "none", False)):
         m, _, f = build(name, rank)
         opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), compression=compression,
-                                       model_spec=spec)
-        out[label] = (m, plain(m, f, opt), opt.plan, compression)
-    # per-layer waits: each layer's update (and so its forward) waits only for its own buckets
-    m, _, f = build(name, rank)
-    opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec, forward_module=m)
-    out["aiacc per-layer"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step)
+                                       model_spec=spec, forward_module=m if fwd else None, overlap_forward="auto")
+        out[label] = (m, plain(m, f, opt), opt.plan, compression, opt.finish_step)
+    if per_layer:  # per-layer waits whatever the prediction (overlap_forward=True)
+        m, _, f = build(name, rank)
+        opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
+                                       forward_module=m)
+        out["aiacc per-layer"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step)
     return out
 
 
@@ -267,8 +315,102 @@ def interleave(cands: dict, rounds: int, warmup: int, block: int) -> dict[str, l
     return times
 
 
+def _net_bytes(dev: str) -> tuple[int, int]:
+    """(rx, tx) bytes of network interface `dev` so far (/proc/net/dev of this network namespace)."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name.strip() == dev:
+                v = rest.split()
+                return int(v[0]), int(v[8])
+    raise SystemExit(f"benchmarks/dp.py --timeline: no interface {dev} in /proc/net/dev")
+
+
+def wire_profile(cands: dict, labels: list[str], steps: int, rate_bits: float | None,
+                 interval: float = 0.002, bin_s: float = 0.01) -> dict:
+    """Where the wire is idle: for each candidate of `labels`, `steps` steps with this rank's interface
+    counters sampled every `interval` s by a thread (bytes sent by this node: what tbf let out), the start
+    of each phase of each step (forward, backward, reduce+update) and the all-reduces of aiacc's buckets
+    (aiacc.distributed.timeline). Per candidate: the step, the bytes sent per step, the wire time they take at
+    the link's rate, and the idle wire time per step split by the phase the step was in (a `bin_s` bin is
+    idle for the part of it the link did not carry; tbf's burst can carry more than the rate in a bin
+    after an idle one, so the phases' idle time can add up to a little more than the step minus the
+    wire time)."""
+    import threading
+
+    import torch.distributed as dist
+
+    from aiacc.distributed import timeline
+
+    global _MARKS
+    dev = "aiacc-eth" if os.path.exists("/proc/net/dev") and any(
+        l.split(":")[0].strip() == "aiacc-eth" for l in open("/proc/net/dev")) else "lo"
+    out = {}
+    for label in labels:
+        step, finish = cands[label][1], (cands[label][4] if len(cands[label]) > 4 else None)
+        samples: list[tuple[float, int, int]] = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                rx, tx = _net_bytes(dev)
+                samples.append((time.perf_counter(), rx, tx))
+                time.sleep(interval)
+
+        dist.barrier()
+        marks: list = []
+        timeline.start_timeline(os.devnull)
+        rec = timeline._active
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        time.sleep(3 * interval)
+        _MARKS = marks
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        if finish:
+            finish()
+        t1 = time.perf_counter()
+        _MARKS = None
+        time.sleep(3 * interval)
+        stop.set()
+        th.join()
+        events = list(rec.events)
+        timeline._active = None  # this rank's events only (stop_timeline would gather)
+        wall_off = time.time() - time.perf_counter()
+        buckets = [((e["ts"] / 1e6 - wall_off) - t0, e.get("dur", 0.0) / 1e6, e["args"]["bytes"]) for e in events]
+        marks.append(("end", t1))
+        # the bytes sent by each bin_s bin of the steps, from the counters interpolated at the bin edges (a
+        # sample's timestamp can lag its read by a scheduling delay: bins of several samples smooth that)
+        ts = [t for t, _, _ in samples]
+        txs = [x for _, _, x in samples]
+        edges = [t0 + k * bin_s for k in range(int((t1 - t0) / bin_s) + 1)] + [t1]
+        import numpy as np
+
+        cum = np.interp(edges, ts, txs)
+        sent = float(cum[-1] - cum[0])
+        phase_idle: dict[str, float] = {}
+        if rate_bits:
+            for lo, hi, nbytes in zip(edges, edges[1:], np.diff(cum)):
+                if hi <= lo:
+                    continue
+                idle = max(0.0, (hi - lo) - nbytes * 8 / rate_bits)
+                mid = (lo + hi) / 2
+                phase = next((ph for (ph, ta), (_, tb) in zip(marks, marks[1:]) if ta <= mid < tb), "after")
+                phase_idle[phase] = phase_idle.get(phase, 0.0) + idle
+        step_s = (t1 - t0) / steps
+        out[label] = {"step_s": step_s, "sent_per_step": sent / steps,
+                      "wire_s_per_step": sent * 8 / rate_bits / steps if rate_bits else None,
+                      "idle_per_step": {k: v / steps for k, v in phase_idle.items()},
+                      "phases": [(ph, ts - t0) for ph, ts in marks], "buckets": buckets,
+                      "samples": [(t - t0, x) for t, _, x in samples], "payload_per_step":
+                      sum(b for _, _, b in buckets) / steps if buckets else None}
+    return out
+
+
 def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
-           block: int, save_params: str | None = None) -> None:
+           block: int, save_params: str | None = None, timeline_steps: int = 0, rate: str | None = None,
+           per_layer: bool = False, f64: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -294,9 +436,19 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             best = min(sweep, key=lambda cap: statistics.median(tm[f"DDP {cap} MB (sweep)"]))
             best = hvd.broadcast_object(best, 0, "best DDP bucket size")
             del swept
-        cands = candidates(name, rank, world, (), spec, best)
+        cands = candidates(name, rank, world, (), spec, best, per_layer=per_layer)
         times = interleave(cands, steps, warmup, block)
         ref = dict(cands["DDP 25 MB"][0].named_parameters())
+        ref64 = None
+        if f64 and rank == 0:  # the float64 reference, and the same computation in float32 on one process
+            import torch
+
+            n_steps = (steps + warmup) * block
+            ref64 = float64_reference(name, world, n_steps)
+            ref32 = float64_reference(name, world, n_steps, torch.float32)
+            report.setdefault("f64", {})[name] = {
+                "one process float32": max(float((ref32[n].double() - ref64[n]).abs().max()) for n in ref64),
+                "steps": n_steps}
         # the compute of this run, as measured beside the candidates (the machine's load changes): the
         # profiled per-layer split, scaled to the median step without communication of the slowest rank
         # (ranks coupled by all-reduces run at the pace of the slower one; one rank's own step is faster
@@ -310,14 +462,18 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             if plan is None:
                 pred = lb = local_s
             else:
-                sync = "layer" if label == "aiacc per-layer" else "step"
+                sync = plan.params.get("sync", "step") if label.startswith("aiacc") else "step"
                 if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
                     plan = after_backward_plan(plan, spec)
                 pred = simulate(spec, cluster, plan, costs[compression], validate=False, sync=sync).iteration_s
                 lb = lower_bound(spec, cluster, costs[compression], compression)
             diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
+            if ref64 is not None and label != LOCAL:  # (LOCAL trains on one rank's data)
+                report["f64"][name][label] = max(float((p.detach().double() - ref64[n]).abs().max())
+                                                 for n, p in m.named_parameters())
             rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
                            "buckets": len(plan.buckets) if plan is not None else 0,
+                           "sync": plan.params.get("sync") if plan is not None else None,
                            "notes": plan.notes if plan is not None else ""}
         report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
@@ -330,6 +486,12 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             np.savez(f"{save_params}.{rank}.npz", **{f"{label}/{n}": p.detach().numpy()
                                                      for label, (m, *_) in cands.items()
                                                      for n, p in m.named_parameters()})
+        if timeline_steps:  # after the parameter check: these steps are not every candidate's
+            from aiacc.distributed.testbed import parse_rate
+
+            labels = [l for l in cands if l.startswith(("DDP 25", "DDP best", "aiacc"))]
+            report["models"][name]["wire"] = wire_profile(cands, labels, timeline_steps,
+                                                          parse_rate(rate)[1] if rate and rate != "loopback" else None)
         del cands
     if rank == 0:
         Path(out).write_text(json.dumps(report))
@@ -340,18 +502,21 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 # -- the driver --------------------------------------------------------------------------------------
 
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
-             block: int, timeout: float, nodes: int = 2) -> dict:
+             block: int, timeout: float, nodes: int = 2, timeline_steps: int = 0, per_layer: bool = False,
+             f64: bool = False) -> dict:
     """One testbed of `nodes` nodes at `rate`, the worker on each node (pinned to its own core, cycling
     over the cores when there are more nodes than cores); rank 0's report."""
     from benchmarks.testbed_report import run_workers
 
     return run_workers(__file__, ["--models", ",".join(models), "--steps", str(steps), "--warmup", str(warmup),
                                   "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
-                                  "--block", str(block)], rate=rate, nodes=nodes, timeout=timeout)
+                                  "--block", str(block), "--timeline-steps", str(timeline_steps), "--rates", rate]
+                       + (["--per-layer"] if per_layer else []) + (["--f64-check"] if f64 else []),
+                       rate=rate, nodes=nodes, timeout=timeout)
 
 
 ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook",
-         "aiacc per-layer", "aiacc fp16", "aiacc")
+         "aiacc step-sync", "aiacc fp16", "aiacc")
 
 
 def table(reports: dict[str, dict]):
@@ -377,7 +542,8 @@ def table(reports: dict[str, dict]):
                 med = statistics.median(r["times"])
                 q = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [med, med, med]
                 t.add_row(rate, f"{name} ({m['params'] / 1e6:.1f} M)", label + (" *" if r.get("notes") else ""),
-                          str(r.get("buckets", "")) if r.get("buckets") else "", f"{med * 1e3:.0f}",
+                          (str(r.get("buckets", "")) + (" per-layer" if r.get("sync") == "layer" else ""))
+                          if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
                           f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
                           f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
@@ -401,6 +567,12 @@ def main() -> None:
                     "oversubscribe them (ranks then share a core: say so when quoting the figures)")
     ap.add_argument("--loopback", action="store_true", help="2 ranks over loopback instead of the testbed "
                     "(no root needed; no link shaping: --rates is ignored)")
+    ap.add_argument("--timeline-steps", type=int, default=0, help="after the table's run, this many more steps "
+                    "of DDP and aiacc with the wire sampled: where the link is idle (printed per phase of the step)")
+    ap.add_argument("--per-layer", action="store_true", help="also aiacc with per-layer waits forced")
+    ap.add_argument("--f64-check", action="store_true", help="each candidate's largest parameter difference "
+                    "from a float64 reference of the same training (and that of the same computation in float32 "
+                    "on one process): is a difference between candidates rounding?")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--save-params", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -409,7 +581,8 @@ def main() -> None:
     if args.quick:
         args.rates, args.steps, args.warmup, sweep, args.profile_reps, args.block = "1gbit", 2, 1, (), 2, 1
     if args.worker:
-        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params)
+        worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params,
+               args.timeline_steps, args.rates, args.per_layer, args.f64_check)
         return
     from rich.console import Console
 
@@ -425,7 +598,8 @@ def main() -> None:
     for rate in args.rates.split(","):
         t0 = time.monotonic()
         reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, args.block,
-                                 timeout=1800, nodes=args.nodes)
+                                 timeout=1800, nodes=args.nodes, timeline_steps=args.timeline_steps,
+                                 per_layer=args.per_layer, f64=args.f64_check)
         c = reports[rate]["cluster"]
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "
@@ -436,6 +610,21 @@ def main() -> None:
                                             reports[rate].get("samples_fp16", ())) +
                       f" ({time.monotonic() - t0:.0f} s)", highlight=False)
     console.print(table(reports))
+    for rate, rep in reports.items():  # --f64-check
+        for name, f in rep.get("f64", {}).items():
+            console.print(f"{rate} {name}: largest |parameter - float64 reference| after {f['steps']} steps: "
+                          + ", ".join(f"{k} {v:.1e}" for k, v in f.items() if k != "steps"), highlight=False)
+    for rate, rep in reports.items():  # --timeline-steps: where the wire was idle
+        for name, m in rep["models"].items():
+            for label, w in m.get("wire", {}).items():
+                idle = w["idle_per_step"]
+                console.print(
+                    f"wire {rate} {name} {label}: step {w['step_s'] * 1e3:.0f} ms, sent {w['sent_per_step'] / 1e6:.2f} MB"
+                    + (f" (all-reduce payload {w['payload_per_step'] / 1e6:.2f} MB)" if w["payload_per_step"] else "")
+                    + (f" = {w['wire_s_per_step'] * 1e3:.0f} ms of wire at the link's rate; wire idle "
+                       f"{(w['step_s'] - w['wire_s_per_step']) * 1e3:.0f} ms per step, in 10 ms bins by phase: "
+                       + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in idle.items()) if w["wire_s_per_step"] else ""),
+                    highlight=False)
     for rate, rep in reports.items():  # plans that are not aiacc's own (the planner's fallback), marked *
         for name, m in rep["models"].items():
             for label, r in m["rows"].items():

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
+from aiacc.core.comm.strategies import aiacc_search
 from aiacc.distributed.process import collective, local_size
 from aiacc.distributed.transport import broadcast_object
 
@@ -168,13 +169,47 @@ def measure_contention(numel: int, alone_s: float, reps: int = 3) -> tuple[float
     return max(1.0, float(np.median(cs))), max(1.0, float(np.median(ns)))
 
 
+def choose_plan(spec: ModelSpec, cluster: ClusterSpec, plan: str | Plan = "aiacc", *, compression: str = "none",
+                sync: str = "step") -> Plan:
+    """The plan that `plan_for` runs for `spec` on `cluster` (rank 0's decision), for an executor that
+    waits per `sync` ("step", "layer" or "auto": see plan_for). aiacc's plan must win by FALLBACK_MARGIN
+    over DDP-like bucketing where the costs are measured (`aiacc_search`'s fallback); with "auto" the
+    plan's params say which sync was chosen ("sync") and the predicted step of each ("predicted")."""
+    if sync not in ("step", "layer", "auto"):
+        raise CommError(f"unknown sync {sync!r}; expected 'step', 'layer' or 'auto'")
+    margin = FALLBACK_MARGIN if cluster.allreduce_samples else 0.0
+    syncs = ("step", "layer") if sync == "auto" else (sync,)
+    if isinstance(plan, str) and plan == "aiacc":
+        found = {s: aiacc_search(spec, cluster, compression=compression, sync=s, fallback_margin=margin)[:2]
+                 for s in syncs}
+    else:  # the same plan either way: how it runs with each wait
+        p = make_plan(plan, spec, cluster, compression=compression) if isinstance(plan, str) else plan
+        if sync != "auto":
+            return p
+        found = {s: (p, simulate(spec, cluster, p, validate=False, sync=s)) for s in syncs}
+    pick = syncs[0]
+    if sync == "auto" and found["layer"][1].iteration_s < found["step"][1].iteration_s * (1 - margin):
+        pick = "layer"  # per-layer waits: only where predicted faster by the margin
+    p = found[pick][0]
+    return dataclasses.replace(p, params={**p.params, "sync": pick,
+                                          "predicted": {s: r.iteration_s for s, (_, r) in found.items()}})
+
+
 def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan = "aiacc", *,
              compression: str = "none", model_spec: ModelSpec | None = None,
              sync: str = "step") -> tuple[Plan, list[int], ModelSpec]:
     """A plan for these (name, shape, dtype) parameters (forward order) and its issue order.
 
     Rank 0 plans (on `model_spec`, by default sizes with a nominal compute time, and the calibrated
-    cluster, for an executor that waits per `sync`: "step" or "layer") and sends the plan to the others: all ranks must run the same collectives."""
+    cluster, for an executor that waits per `sync`: "step" or "layer") and sends the plan to the others:
+    all ranks must run the same collectives (`choose_plan` is rank 0's choice).
+
+    sync="auto": aiacc's plans for both (or the one plan given, simulated both ways), and per-layer waits
+    only where the simulator predicts them FALLBACK_MARGIN faster than the step plan on these costs
+    (per-layer updates cost more hooks and optimizer calls than one update, which the model does not
+    see); the chosen plan's `params["sync"]` says which, its `params["predicted"]` the predicted step of each."""
+    if sync not in ("step", "layer", "auto"):  # on every rank, before rank 0 plans alone
+        raise CommError(f"unknown sync {sync!r}; expected 'step', 'layer' or 'auto'")
     spec = model_spec or gradient_specs_from_params(params, name="model", forward_s=1e-3)
     cluster = calibrate() if dist.is_initialized() else ClusterSpec(1, 1, 1e9)
     chosen = None
@@ -183,9 +218,7 @@ def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan 
         # layer's update waits for its own buckets in the next forward (torch's forward_module)
         # on measured costs aiacc's own plan must win by FALLBACK_MARGIN over DDP's best bucketing, else
         # it runs that (the plan's notes say so): the model's error is a few percent
-        extra = {"sync": sync, "fallback_margin": FALLBACK_MARGIN if cluster.allreduce_samples else 0.0} \
-            if plan == "aiacc" else {}
-        p = make_plan(plan, spec, cluster, compression=compression, **extra) if isinstance(plan, str) else plan
+        p = choose_plan(spec, cluster, plan, compression=compression, sync=sync)
         p.validate(spec)
         chosen = (p, simulate(spec, cluster, p, validate=False).issue_order)
     if dist.is_initialized() and dist.get_world_size() > 1:

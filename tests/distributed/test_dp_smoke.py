@@ -1,5 +1,6 @@
 """A CI smoke of benchmarks/dp.py: its smallest real comparison (every candidate: DDP, Horovod-style
-fusion, per-tensor after backward, DDP's fp16 hook, aiacc fp32 / fp16 / per-layer) on 2 ranks over
+fusion, per-tensor after backward, DDP's fp16 hook, aiacc fp32 / fp16 with the planner's choice of
+per-layer waits, aiacc step-sync, aiacc with per-layer waits forced) on 2 ranks over
 loopback, one tiny BERT-style model, a couple of steps. Only correctness is asserted: each candidate's
 parameters equal single-process training on the full batch (fp16 ones within fp16 rounding); no timing."""
 import json
@@ -37,7 +38,7 @@ def test_every_dp_candidate_on_two_loopback_ranks_equals_single_process_training
 
     out, params = tmp_path / "report.json", tmp_path / "params"
     argv = [str(DP), "--worker", str(out), "--models", "tiny", "--steps", "2", "--warmup", "1", "--sweep", "",
-            "--profile-reps", "1", "--block", "1", "--save-params", str(params)]
+            "--profile-reps", "1", "--block", "1", "--save-params", str(params), "--per-layer"]
     env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     res = launch_local(argv, 2, timeout=120, env=env)
     for r in res:
@@ -59,5 +60,7 @@ def test_every_dp_candidate_on_two_loopback_ranks_equals_single_process_training
         assert np.isfinite(row["predicted"]) and row["predicted"] > 0, label
         checked += 1
     assert sorted(report["rows"]) == ["1 rank, no comm", "DDP 25 MB", "DDP fp16 hook", "Horovod 64 MB",
-                                      "after backward", "aiacc", "aiacc fp16", "aiacc per-layer"]
-    assert checked == 7
+                                      "after backward", "aiacc", "aiacc fp16", "aiacc per-layer", "aiacc step-sync"]
+    assert checked == 8
+    assert report["rows"]["aiacc per-layer"]["sync"] == "layer"  # deferred updates forced: that path is checked
+    assert report["rows"]["aiacc"]["sync"] in ("step", "layer")  # the planner's choice (either is checked above)

@@ -184,3 +184,37 @@ def test_per_layer_waits_with_a_parameter_read_outside_its_module(hvd):
     want, got = train(False), train(True)
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-6, msg=k)
+
+
+def test_overlap_forward_auto_follows_the_plan_and_trains_like_plain_sgd(hvd):
+    """overlap_forward="auto": the planner chooses (a job of one has nothing to overlap, so step() updates
+    at once, as without forward_module); overlap_forward=True always defers; anything else is refused."""
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(4, 4, generator=g), torch.randn(4, 2, generator=g)) for _ in range(3)]
+
+    def train(**kw):
+        m = _model()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        if kw:
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters(), forward_module=m, **kw)
+        for x, y in batches:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+            if kw:
+                assert opt.defers == (kw["overlap_forward"] is True)
+                assert opt.plan.params.get("sync") == ("step" if kw["overlap_forward"] == "auto" else "layer")
+                assert bool(opt._aiacc_scheduler.pending) == opt.defers  # a deferred update waits
+        if kw:
+            opt.finish_step()
+        return {k: v.detach().clone() for k, v in m.named_parameters()}
+
+    want = train()
+    for mode in ("auto", True):
+        got = train(overlap_forward=mode)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-6, msg=f"{mode} {k}")
+    m = _model()
+    with pytest.raises(CommError, match="overlap_forward"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                 forward_module=m, overlap_forward="sometimes")

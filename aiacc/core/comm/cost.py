@@ -128,6 +128,21 @@ class CostModel:
         ts = list(self.terms.values()) if self.algorithm == "auto" else [self.terms[self.algorithm]]
         return Linear(min(t.latency for t in ts), min(t.coef for t in ts))
 
+    def bound_lines(self) -> list[Linear]:
+        """Lines below the cost of every message, each a valid `bound_terms` for `lower_bound` (which takes
+        the largest bound over them). Analytic costs: `bound_terms`. Measured samples: `bound_terms` (the
+        smallest sample's time as latency, and then the smallest per-byte slope above it, which a small
+        message riding the link's burst allowance can make lower than the link's sustained rate) and
+        the line through the origin at the smallest average per-byte cost of any sample (the largest
+        message's, where latency is amortised: the sustained rate; no latency) and no steeper than the
+        extrapolation beyond the largest sample."""
+        if self.measured is None:
+            return [self.bound_terms()]
+        xs, ys = self.measured
+        avg = float(np.min(ys / np.maximum(xs, 1e-30)))
+        beyond = (ys[-1] - ys[0]) / (xs[-1] - xs[0]) if xs[-1] > xs[0] else avg
+        return [self.bound_terms(), Linear(0.0, max(0.0, min(avg, float(beyond))))]
+
 
 def isotonic(ys) -> np.ndarray:
     """The non-decreasing sequence closest to `ys` in least squares (pool-adjacent-violators): each run

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from aiacc.core.comm.cost import CostModel, concave_minorant
+from aiacc.core.comm.cost import CostModel, LinearCost, concave_minorant
 from aiacc.core.comm.errors import CommError
 from aiacc.core.comm.plan import Plan
 from aiacc.core.comm.spec import ClusterSpec, ModelSpec
@@ -247,7 +247,8 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     the pieces split each layer's bytes into `subdivisions`. T is at least the smallest case.
     c(N) is the cheapest single algorithm for all the bytes: no message pays the smallest latency of
     one algorithm and the smallest per-byte cost of another. tests/core/comm checks the bound against
-    every plan of small models by brute force.
+    every plan of small models by brute force. On measured costs: the larger of the bounds on the lines
+    of `CostModel.bound_lines` (each below every interpolated cost).
     """
     import numpy as np
     from aiacc.core.comm.plan import COMPRESSIONS
@@ -255,8 +256,11 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     cost = cost or CostModel(cluster, compression=compression)
     if cluster.world_size == 1:
         return model.forward_s + model.backward_s
-    # the argument below needs a concave cost; measured (interpolated) costs are bounded by the line
-    # below every sample
+    # the argument below needs a concave cost; measured (interpolated) costs are bounded by each line
+    # below every sample (CostModel.bound_lines): the bound on either is a bound, so the larger one
+    if isinstance(cost, CostModel) and cost.measured is not None:
+        return max(lower_bound(model, cluster, LinearCost(line), compression, subdivisions=subdivisions)
+                   for line in cost.bound_lines())
     cost = concave_minorant(cost) if isinstance(cost, CostModel) else cost
     c = lambda n: float(cost.time(float(n)))
     b = cost.bound_terms().coef

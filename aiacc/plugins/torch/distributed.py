@@ -97,7 +97,9 @@ class GradientScheduler:
     compression: "none" or "fp16" (gradients travel as float16). average: divide the sum by the world
     size. backward_passes_per_step: gradients are communicated once every that many backward passes.
     model_spec: gradient timing (e.g. from `profile_backward`). sync: what the plan is made for, "step"
-    (the optimizer's step waits for everything) or "layer" (per-layer waits, `attach_forward`). Without it, the first
+    (the optimizer's step waits for everything), "layer" (per-layer waits, `attach_forward`) or "auto"
+    (per-layer waits only where the simulator predicts them faster on the measured costs: `plan_for`;
+    `defers` says what runs). Without model_spec, the first
     PROFILE_STEPS steps run a plan made from sizes only while the hooks time the backward; the plan is
     then remade, once, from the median profile of those steps but the first (rank 0's): the first step is
     a warm-up (buffers allocated, first collectives), its backward several times slower than later ones,
@@ -126,7 +128,8 @@ class GradientScheduler:
         self.profiling = model_spec is None and self.strategy is not None
         self.stamps: dict[str, float] = {}
         self.profiles: list[ModelSpec] = []  # one per profiled step
-        self.sync = sync  # what the plan is made for: "step" (synchronize) or "layer" (attach_forward)
+        self.sync = sync  # what the plan is made for: "step" (synchronize), "layer" (attach_forward) or "auto"
+        self.attached = False  # attach_forward was called
         self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec, sync=sync))
         self.passes = backward_passes_per_step
         self.counts = {n: 0 for n, _ in named}
@@ -135,6 +138,8 @@ class GradientScheduler:
 
     def _install(self, planned) -> None:
         self.plan, order, self.spec = planned
+        # what the plan was made for (sync="auto": the planner's measured choice)
+        self.chosen_sync = self.plan.params.get("sync", "step") if self.sync == "auto" else self.sync
         self.executor = PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
                                      average=self.average, compression=self.compression,
                                      dtypes={n: p.dtype for n, p in self.named})
@@ -209,6 +214,7 @@ class GradientScheduler:
         applied by `flush()`."""
         by_id = {id(p): n for n, p in self.named}
         self.update = update
+        self.attached = True
         self._owned: list[tuple[list[torch.nn.Module], list[str]]] = []  # (owner and its ancestors, names)
         parents: dict[int, torch.nn.Module] = {}
         for m in module.modules():
@@ -226,6 +232,12 @@ class GradientScheduler:
         for m in module.modules():
             if any(True for _ in m.parameters()):
                 self.handles.append(m.register_forward_pre_hook(self._before_forward(id(m))))
+
+    @property
+    def defers(self) -> bool:
+        """Whether the step's update is left to the next forward (attached, and the plan in use was made
+        for per-layer waits)."""
+        return self.attached and self.chosen_sync == "layer"
 
     def defer(self) -> None:
         """The step's update is deferred to the next forward: complete the step's gradients (all-reduces

@@ -133,7 +133,7 @@ class _DistributedOptimizer:
 
     def step(self, closure=None):
         sched = self._aiacc_scheduler
-        if self._aiacc_deferred and not self._aiacc_skip and not self._aiacc_synchronized:
+        if sched.defers and not self._aiacc_skip and not self._aiacc_synchronized:
             if closure is not None:
                 raise CommError("DistributedOptimizer(forward_module=...) defers the update to the next forward "
                                 "and cannot take a closure; call synchronize() first, or drop forward_module")
@@ -203,6 +203,12 @@ class _DistributedOptimizer:
         return None
 
     @property
+    def defers(self) -> bool:
+        """Whether step() leaves each layer's update to the next forward (forward_module; with
+        overlap_forward="auto", where the planner chose per-layer waits)."""
+        return self._aiacc_scheduler.defers
+
+    @property
     def plan(self) -> Plan:
         """The communication plan in use."""
         return self._aiacc_scheduler.plan
@@ -211,7 +217,8 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Iterable | None = None,
                          compression: str = Compression.none, backward_passes_per_step: int = 1,
                          op: str = Average, plan: str | Plan = "aiacc", model_spec=None,
-                         forward_module: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+                         forward_module: torch.nn.Module | None = None,
+                         overlap_forward: bool | str = True) -> torch.optim.Optimizer:
     """Wrap `optimizer` so gradients are all-reduced during backward (aiacc plan, overlapped) before step().
 
     The result is an instance of a subclass of the optimizer's class sharing its state. `plan` picks the
@@ -222,7 +229,19 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
     the buckets holding its parameters are reduced (the update still sees reduced gradients, with the
     hyper-parameters of the step() call). Parameters read outside their layer's forward (evaluation,
     saving) need `optimizer.finish_step()` first.
+
+    overlap_forward (with forward_module): True (the default) always defers as above; "auto" defers only
+    where the simulator, on the measured costs, predicts the per-layer plan faster than the plan for one
+    synchronize before step() by the planner's margin (else step() synchronizes as without
+    forward_module; `optimizer.defers` says which runs, `optimizer.plan.params["predicted"]` both
+    predictions); False: as without forward_module.
     """
+    if overlap_forward not in (True, False, "auto"):
+        raise CommError(f"overlap_forward must be True, False or 'auto', got {overlap_forward!r}")
+    if forward_module is None or overlap_forward is False:
+        sync = "step"
+    else:
+        sync = "layer" if overlap_forward is True else "auto"
     require()
     if named_parameters is None:
         named = [(f"param.{gi}.{pi}", p) for gi, g in enumerate(optimizer.param_groups)
@@ -241,9 +260,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Ite
                                                                  average=_average(None, op),
                                                                  backward_passes_per_step=backward_passes_per_step,
                                                                  model_spec=model_spec,
-                                                                 sync="step" if forward_module is None else "layer"),
-                              _aiacc_skip=False, _aiacc_synchronized=False, _aiacc_deferred=forward_module is not None,
+                                                                 sync=sync),
+                              _aiacc_skip=False, _aiacc_synchronized=False,
                               _aiacc_hyper=None, _aiacc_zero=None)
-    if forward_module is not None:
+    if sync != "step":
         wrapped._aiacc_scheduler.attach_forward(forward_module, wrapped._aiacc_update)
     return wrapped
