@@ -7,19 +7,26 @@ ResNet-50/101/152, SqueezeNet, MobileNet v1/v2, DenseNet-121, MobileNet-SSD), on
 Each net gets the check of tests/reach/test_caffe_public.py (random weights written as a caffemodel, load,
 optimize, save back; on an input optimize never saw, aiacc's forward of the optimized net and OpenCV dnn on
 the saved-back files against OpenCV dnn on the original files, outputs and the blobs before them), then
-latencies, median of --iters rounds interleaved (one call of each per round, so drift hits all alike):
+latencies, median of --iters rounds interleaved (one call of each per round, so drift hits all alike), every
+runtime on --threads threads (OpenCV's and numba's pools, BLAS through OMP/OPENBLAS_NUM_THREADS; onnxruntime's
+sessions take the CPUs this process may use, as aiacc makes them: run under `taskset` to match):
 
-    opencv      OpenCV dnn (Winograd off) on the original .prototxt/.caffemodel
-    opencv-opt  OpenCV dnn on aiacc's saved-back .prototxt/.caffemodel (backend="native")
-    aiacc       CaffeModel.forward of the optimized net (aiacc's runtime: planned arena, numpy/BLAS, numba)
+    opencv      OpenCV dnn (Winograd off) on the original .prototxt/.caffemodel: Caffe's best path here
+    cv-opt      OpenCV dnn on aiacc's saved-back .prototxt/.caffemodel (backend="native")
+    rt          CaffeModel.forward of the optimized net on aiacc's runtime (runtime="aiacc": planned arena,
+                numpy/BLAS convolutions, numba pooling/LRN/fused elementwise)
+    ort         the same on onnxruntime (runtime="onnxruntime")
+    forward     the same as a user gets it (runtime="auto": the faster of rt and ort, measured on first use;
+                `chosen` is CaffeModel.runtime_choice)
 
 Columns: loaded (ok or the error), layers before -> after, opaque layer types (OpenCV runs them), IR ops the
 optimization removed, max relative error over the compared blobs (the worst of the three comparisons), the
-latencies in ms and aiacc / opencv (below 1: aiacc faster).
+latencies in ms and forward / opencv (below 1: aiacc's forward faster than OpenCV on the original net).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -28,6 +35,11 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# BLAS pools take their size from the environment when numpy loads: --threads, before that import
+_THREADS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--threads=")),
+                sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv[:-1] else "2")
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, _THREADS)
 
 from tests.reach import caffe_nets as C  # noqa: E402
 
@@ -44,10 +56,15 @@ def _opaque(types: list) -> str:
 
 
 def time_net(r, iters: int) -> dict[str, float]:
-    """Median ms of OpenCV on the original, OpenCV on the saved-back net and aiacc's forward."""
+    """Median ms of OpenCV on the original, OpenCV on the saved-back net and the optimized net's forward on
+    each runtime; "chosen": the runtime forward (runtime="auto") measured faster and runs."""
     feeds = r.inputs
     fast = r.models["aiacc"]
     outs = list(r.outputs)
+    on = {}
+    for rt in ("aiacc", "onnxruntime"):
+        on[rt] = copy.copy(fast)  # the same net and graph, its own runner
+        on[rt].runtime = rt
 
     def cv(net):
         def run():
@@ -56,8 +73,9 @@ def time_net(r, iters: int) -> dict[str, float]:
             net.forward(outs)
         return run
     runs = {"opencv": cv(r.models["opencv"]), "opencv-opt": cv(r.models["opencv saved-back"]),
-            "aiacc": lambda: fast.forward(**feeds)}
-    for run in runs.values():  # warm-up (OpenCV allocates and fuses on the first call)
+            "rt": lambda: on["aiacc"].forward(**feeds), "ort": lambda: on["onnxruntime"].forward(**feeds),
+            "forward": lambda: fast.forward(**feeds)}
+    for run in runs.values():  # warm-up (OpenCV allocates and fuses on the first call; forward measures)
         run()
     times = {k: [] for k in runs}
     for _ in range(iters):
@@ -65,7 +83,9 @@ def time_net(r, iters: int) -> dict[str, float]:
             t = time.perf_counter()
             run()
             times[k].append((time.perf_counter() - t) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    res: dict = {k: statistics.median(v) for k, v in times.items()}
+    res["chosen"] = fast.runtime_choice["runtime"]
+    return res
 
 
 def main(argv=None) -> int:
@@ -75,17 +95,22 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2, help="threads of every runtime (default 2)")
     args = ap.parse_args(argv)
     names = [n for n in args.nets.split(",") if n]
     unknown = [n for n in names if n not in C.NETS]
     if unknown:
         ap.error(f"unknown net {unknown[0]!r}; known: {', '.join(C.NETS)}")
     import cv2
+    import numba
+    import onnxruntime
 
-    print(f"# batch {args.batch}, {args.iters} timed rounds, OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), "
-          f"tolerance {C.RTOL:g} relative")
-    print(f"{'net':28s} {'loaded':6s} {'layers':>11s} {'opaque':34s} {'max err':>8s} {'opencv ms':>9s} "
-          f"{'cv-opt ms':>9s} {'aiacc ms':>9s} {'aiacc/cv':>8s}  ops removed")
+    cv2.setNumThreads(args.threads)
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    print(f"# batch {args.batch}, {args.iters} timed rounds interleaved, {args.threads} threads, OpenCV {cv2.__version__}, "
+          f"onnxruntime {onnxruntime.__version__} ({len(os.sched_getaffinity(0))} CPUs), tolerance {C.RTOL:g} relative")
+    print(f"{'net':28s} {'loaded':6s} {'layers':>11s} {'opaque':34s} {'max err':>8s} {'opencv':>7s} "
+          f"{'cv-opt':>7s} {'rt':>7s} {'ort':>7s} {'forward':>7s} {'chosen':11s} {'fwd/cv':>6s}  ops removed")
     failed = 0
     for name in names:
         with tempfile.TemporaryDirectory(prefix="aiacc-caffe-reach-") as tmp, warnings.catch_warnings():
@@ -101,7 +126,8 @@ def main(argv=None) -> int:
         ok = "ok" if err <= C.RTOL and r.outputs_after == r.outputs else "WRONG"
         failed += ok != "ok"
         print(f"{name:28s} {ok:6s} {r.layers:4d} -> {r.layers_after:3d} {_opaque(r.opaque):34s} {err:8.1e} "
-              f"{t['opencv']:9.1f} {t['opencv-opt']:9.1f} {t['aiacc']:9.1f} {t['aiacc'] / t['opencv']:8.2f}  "
+              f"{t['opencv']:7.1f} {t['opencv-opt']:7.1f} {t['rt']:7.1f} {t['ort']:7.1f} {t['forward']:7.1f} "
+              f"{t['chosen']:11s} {t['forward'] / t['opencv']:6.2f}  "
               f"{_ops(r.ops_removed)}", flush=True)
     return 1 if failed else 0
 

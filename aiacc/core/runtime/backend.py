@@ -144,8 +144,18 @@ def _fused_matmul(node: Node, args: list, out: np.ndarray) -> bool:
 
 #: aiacc-domain op -> a kernel writing into the output's arena view (False: it cannot, run the reference)
 FUSED_INTO = {"FusedConv": _fused_conv, "FusedGemm": _fused_gemm, "FusedMatMul": _fused_matmul}
+def _numba_window_kernels() -> dict:
+    """The numba pooling / LRN into-kernels (aiacc.core.runtime.numba_nn), or none without numba (the
+    arena's numpy kernels and the reference kernels run those ops then)."""
+    try:
+        from aiacc.core.runtime.numba_nn import lrn_into, pool_into
+    except ImportError:
+        return {}
+    return {"MaxPool": pool_into, "AveragePool": pool_into, "LRN": lrn_into}
+
+
 #: standard ops the runtime writes with its own settings (before the arena's into-kernels)
-STANDARD_INTO = {"Conv": _conv}
+STANDARD_INTO = {"Conv": _conv, **_numba_window_kernels()}
 
 
 class AiaccRuntime:
@@ -199,6 +209,11 @@ class AiaccRuntime:
         while len(self._interps) > self.max_plans:
             self._interps.popitem(last=False)
         return interp
+
+    def forget(self, dims: Mapping[str, int]) -> None:
+        """Drop the plan and arena of one binding (a caller that runs those shapes elsewhere)."""
+        with self._lock:
+            self._interps.pop(tuple(sorted(dims.items())), None)
 
     # -- running -------------------------------------------------------------------------------------
     def run_dict(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

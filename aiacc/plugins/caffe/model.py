@@ -1,7 +1,10 @@
 """`CaffeModel`: a Caffe net (structure and weights) as a Python object that aiacc can optimize.
 
 There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's own files (.prototxt and
-.caffemodel, via the protobuf schema in caffe.proto) and runs on aiacc's runtime (planned arena).
+.caffemodel, via the protobuf schema in caffe.proto) and `forward` runs it on the faster of aiacc's runtime
+(planned arena, numba kernels, numpy/BLAS) and onnxruntime (when installed), measured on the first call for
+each input shape (`runtime="auto"`; `model.runtime_choice` says which runs and the measured times), or on the
+one asked for (`CaffeModel.load(..., runtime="aiacc")`, or `model.runtime = "onnxruntime"`).
 
     model = CaffeModel.load("deploy.prototxt", "weights.caffemodel")
     outputs = model.forward(data=image)          # {output blob name: array}
@@ -11,12 +14,16 @@ There is no Caffe runtime here: a CaffeModel is read from and written to Caffe's
 from __future__ import annotations
 
 import os
+import statistics
+import threading
+import time
 import weakref
 from typing import Any, Sequence
 
 import numpy as np
 
-from aiacc.errors import ShapeError
+from aiacc.core.runtime.executor import check_inputs
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import (array_to_blob, merge_weights, parse_caffemodel, parse_prototxt,
                                        read_caffemodel, read_prototxt, to_prototxt)
@@ -46,21 +53,112 @@ def blob_feeds(net: str, names: Sequence[str], example_inputs: Any,
     return {k: np.asarray(v, dtype=np.float32) for k, v in given.items()}
 
 
-# CaffeModel -> (the graph's structure when planned, its AiaccRuntime): the arena is planned once and kept
+#: the runtimes CaffeModel.forward can run a net on ("auto": the faster of them, measured on first use)
+RUNTIMES = ("auto", "aiacc", "onnxruntime")
+
+
+def _onnxruntime_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+class _Runner:
+    """Runs one graph for a CaffeModel on the runtime the model asks for. With "auto" it measures, on the
+    first call for each set of input shapes, aiacc's runtime against onnxruntime (when installed) on those
+    very inputs, interleaved (one warm-up each, then rounds of one call each until one is clearly faster
+    or three rounds are done: the medians decide), and keeps the faster for those shapes. `choice` says
+    which runs and what was measured."""
+
+    def __init__(self, graph, runtime: str):
+        from aiacc.core.runtime.backend import AiaccRuntime
+
+        self.graph = graph
+        self.runtime = runtime
+        self.aiacc = AiaccRuntime(graph)
+        self._ort = None
+        self._ort_error: str | None = None
+        self.choices: dict[tuple, dict] = {}  # input shapes -> {"runtime", "ms": {...}, "why"}
+        self._lock = threading.Lock()
+        self.last: dict | None = None
+
+    def ort(self):
+        """The onnxruntime runner of the graph (built on first use), or None with `_ort_error` saying why."""
+        if self._ort is None and self._ort_error is None:
+            if not _onnxruntime_available():
+                self._ort_error = "onnxruntime is not installed"
+            else:
+                from aiacc.backends.onnxruntime import OrtGraphRunner
+
+                try:
+                    self._ort = OrtGraphRunner(self.graph)
+                except AiaccError as e:
+                    self._ort_error = f"onnxruntime cannot run the net: {e}"
+        return self._ort
+
+    def _measure(self, feeds) -> tuple[dict, list]:
+        runs = {"aiacc": lambda: self.aiacc.run(feeds), "onnxruntime": lambda: self._ort.run(feeds)}
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        out = None
+        for k, fn in runs.items():  # warm-up: plans, arena, numba compilation, onnxruntime's first run
+            out = fn()
+        for _ in range(3):
+            for k, fn in runs.items():
+                t = time.perf_counter()
+                out = fn()
+                times[k].append((time.perf_counter() - t) * 1e3)
+            a, o = min(times["aiacc"]), min(times["onnxruntime"])
+            if max(a, o) > 1.5 * min(a, o):  # clearly apart: more rounds would not change the choice
+                break
+        ms = {k: round(statistics.median(v), 3) for k, v in times.items()}
+        best = min(ms, key=ms.get)
+        if best == "onnxruntime":
+            out = self._ort.run(feeds)  # the answer of the runtime that will answer from now on
+        else:
+            out = self.aiacc.run(feeds)
+        return {"runtime": best, "ms": ms, "why": f"measured faster ({ms['aiacc']:.2f} ms aiacc, "
+                                                   f"{ms['onnxruntime']:.2f} ms onnxruntime)"}, out
+
+    def run(self, feeds) -> list:
+        """The graph's outputs in order, from the runtime chosen for these input shapes."""
+        key = tuple((k, np.shape(v)) for k, v in sorted(feeds.items()))
+        with self._lock:
+            choice = self.choices.get(key)
+            if choice is None:
+                if self.runtime == "aiacc":
+                    choice = {"runtime": "aiacc", "ms": {}, "why": "asked for (runtime='aiacc')"}
+                elif self.runtime == "onnxruntime":
+                    if self.ort() is None:
+                        raise UnsupportedError(f"net {self.graph.name!r}: runtime='onnxruntime': {self._ort_error}")
+                    choice = {"runtime": "onnxruntime", "ms": {}, "why": "asked for (runtime='onnxruntime')"}
+                elif self.ort() is None:
+                    choice = {"runtime": "aiacc", "ms": {}, "why": self._ort_error}
+                else:
+                    choice, out = self._measure(feeds)
+                    if choice["runtime"] == "onnxruntime":  # the arena of these shapes is not needed
+                        self.aiacc.forget(self.aiacc.bind(feeds))
+                    self.choices[key] = self.last = choice
+                    return out
+                self.choices[key] = choice
+            self.last = choice
+        if choice["runtime"] == "onnxruntime":
+            return self._ort.run(feeds)
+        return self.aiacc.run(feeds)
+
+
+# CaffeModel -> (the graph's structure when built, its _Runner): plans and choices are made once and kept
 # while the net is unchanged (a weak key: the model stays picklable and copyable, the entry dies with it)
 _RUNTIMES: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
-def _runtime(model: "CaffeModel", graph):
-    """The AiaccRuntime running `graph` for `model`, made again when the net changed (nodes, weights or
-    outputs)."""
-    from aiacc.core.runtime.backend import AiaccRuntime
-
+def _runtime(model: "CaffeModel", graph) -> _Runner:
+    """The runner of `graph` for `model`, made again when the net changed (nodes, weights, outputs or the
+    runtime asked for)."""
     key = (tuple(model.outputs), tuple(map(id, model.graph.nodes)),
-           tuple(id(v.const) for v in model.graph.initializers.values()))
+           tuple(id(v.const) for v in model.graph.initializers.values()), model.runtime)
     cached = _RUNTIMES.get(model)
     if cached is None or cached[0] != key:
-        cached = _RUNTIMES[model] = (key, AiaccRuntime(graph))
+        cached = _RUNTIMES[model] = (key, _Runner(graph, model.runtime))
     return cached[1]
 
 
@@ -72,8 +170,9 @@ class CaffeModel:
     """
 
     def __init__(self, net: pb.NetParameter, outputs: list[str] | None = None, *, source: str = "<net>",
-                 has_weights: bool = True):
+                 has_weights: bool = True, runtime: str = "auto"):
         self.net = net
+        self.runtime = runtime
         self.source = source
         self._outputs = list(outputs) if outputs is not None else None
         self._has_weights = has_weights
@@ -81,12 +180,14 @@ class CaffeModel:
 
     # -- files -------------------------------------------------------------------------------------
     @classmethod
-    def load(cls, prototxt: str | os.PathLike, caffemodel: str | os.PathLike | None = None) -> "CaffeModel":
-        """Read a net from a .prototxt and, optionally, its weights from a .caffemodel."""
+    def load(cls, prototxt: str | os.PathLike, caffemodel: str | os.PathLike | None = None, *,
+             runtime: str = "auto") -> "CaffeModel":
+        """Read a net from a .prototxt and, optionally, its weights from a .caffemodel. `runtime`: what
+        `forward` runs on (RUNTIMES; "auto" measures)."""
         net = read_prototxt(prototxt)
         if caffemodel is not None:
             merge_weights(net, read_caffemodel(caffemodel))
-        return cls(net, source=os.fspath(prototxt), has_weights=caffemodel is not None)
+        return cls(net, source=os.fspath(prototxt), has_weights=caffemodel is not None, runtime=runtime)
 
     @classmethod
     def from_text(cls, prototxt: str, caffemodel: bytes | None = None, *, name: str = "<prototxt>") -> "CaffeModel":
@@ -187,7 +288,8 @@ class CaffeModel:
             declared = names + [t for layer in net.layer if layer.type == "Input" for t in layer.top]
             raise ShapeError(f"net {self.name!r} has no input blob {unknown[0]!r} with a declared shape "
                              f"(inputs: {', '.join(declared) or 'none'})")
-        return CaffeModel(net, self._outputs, source=self.source, has_weights=self._has_weights)
+        return CaffeModel(net, self._outputs, source=self.source, has_weights=self._has_weights,
+                          runtime=self.runtime)
 
     @property
     def inputs(self) -> dict[str, tuple]:
@@ -200,10 +302,28 @@ class CaffeModel:
         return list(self._outputs) if self._outputs is not None else list(self.graph.meta["caffe_outputs"])
 
     # -- running -----------------------------------------------------------------------------------
+    @property
+    def runtime(self) -> str:
+        """What `forward` runs the net on: "auto" (the faster of aiacc's runtime and onnxruntime, measured
+        on the first call for each input shape), "aiacc" or "onnxruntime"."""
+        return self._runtime
+
+    @runtime.setter
+    def runtime(self, value: str) -> None:
+        if value not in RUNTIMES:
+            raise UnsupportedError(f"net {self.net.name!r}: unknown runtime {value!r} (one of {', '.join(RUNTIMES)})")
+        self._runtime = value
+
+    @property
+    def runtime_choice(self) -> dict | None:
+        """What the last `forward` ran on: {"runtime": "aiacc" | "onnxruntime", "ms": the measured median
+        ms of each (empty when nothing was measured), "why": the reason}; None before the first forward."""
+        cached = _RUNTIMES.get(self)
+        return dict(cached[1].last) if cached is not None and cached[1].last is not None else None
+
     def forward(self, *args: Any, **inputs: Any) -> dict[str, np.ndarray]:
-        """Run the net on aiacc's runtime (the planned arena, numba kernels for fused elementwise layers; see
-        aiacc.core.runtime.backend), the runtime Caffe nets get where no other one is present: inputs by
-        blob name (or positionally in the order of the net's inputs); returns {output blob name: array}."""
+        """Run the net on `runtime` (see the class): inputs by blob name (or positionally in the order of
+        the net's inputs); returns {output blob name: array}."""
         g = self.graph
         feeds = self.feeds(args if args else inputs)
         if self.outputs != g.meta["caffe_outputs"]:
@@ -214,8 +334,9 @@ class CaffeModel:
                 raise ShapeError(f"net {self.name!r} has no blob {missing[0]!r} to output")
             g = g.copy()
             g.outputs = [g.value(blobs[b]) for b in self.outputs]
-        results = _runtime(self, g).run_dict(feeds)
-        return {blob: results[v.name] for blob, v in zip(self.outputs, g.outputs)}
+        runner = _runtime(self, g)
+        feeds = check_inputs(runner.graph, feeds)  # names, shapes and dtypes, before either runtime sees them
+        return dict(zip(self.outputs, runner.run(feeds)))
 
     def feeds(self, example_inputs: Any) -> dict[str, np.ndarray]:
         """Normalize inputs given as a dict, one array or a sequence into {input name: float32 array}."""
