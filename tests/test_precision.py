@@ -60,10 +60,74 @@ def test_torch_int8_runs_on_onnxruntime_and_matches():
     assert any(v.const.dtype == np.int8 for v in q.runner.graph.initializers.values())
 
 
-def test_native_int8_says_it_runs_on_onnxruntime():
+def test_torch_native_int8_runs_pytorch_integer_kernels_and_matches_onnxruntime():
+    from aiacc.plugins.torch.int8 import int8_kernels
+
+    torch.manual_seed(0)
     m = Net().eval()
+    cal = _data()
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)  # backend="native"
+    assert q.aiacc_precision.backend == "torch" and "quantized kernels" in q.aiacc_precision.steps[-1]
+    # conv1(+bn)+relu, conv2+relu, the residual add, fc+relu and the head (float output): integer kernels
+    assert int8_kernels(q) == {"conv": 2, "add": 1, "linear": 2}
+    assert not hasattr(q, "runner")  # no onnxruntime session inside
+    qo = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    x = _data(1, seed=5)[0]
+    with torch.no_grad():
+        got, ort, want = q(x).numpy(), qo(x).numpy(), m(x).numpy()
+    assert _rel(got, want) < 0.05
+    assert _rel(got, ort) < 1e-4  # the same plan in the same integer arithmetic
+
+
+class Blocks(nn.Module):
+    """The other integer groups: ReLU6 (a Clip the range saturates), MaxPool and Flatten on int8, a
+    concat, a product of two activations, and a Softmax that stays float."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 8, 1)
+        self.c = nn.Conv2d(16, 8, 3, padding=1, groups=2)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        a, b = torch.relu(self.a(x)), nn.functional.relu6(self.b(x))
+        y = nn.functional.max_pool2d(torch.cat([a, b], 1), 2)
+        y = torch.relu(self.c(y))
+        y = y * torch.sigmoid(y.mean((2, 3), keepdim=True)).expand_as(y).contiguous()
+        return torch.softmax(self.fc(torch.flatten(y, 1)), -1)
+
+
+def test_torch_native_int8_groups_concat_pool_clip_and_keeps_float_ops_float():
+    from aiacc.plugins.torch.int8 import int8_kernels
+
+    torch.manual_seed(0)
+    m = Blocks().eval()
+    g = torch.Generator().manual_seed(1)
+    cal = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)
+    k = int8_kernels(q)
+    assert k.get("conv") == 3 and k.get("cat") == 1 and k.get("linear") == 1, k
+    code = q.code
+    assert "max_pool2d(quantized" in code or "max_pool2d(cat" in code  # the pool reads the int8 concat
+    assert "softmax" in code
+    qo = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    x = torch.randn(2, 3, 8, 8, generator=g)
+    with torch.no_grad():
+        got, ort, want = q(x).numpy(), qo(x).numpy(), m(x).numpy()
+    assert _rel(got, want) < 0.05
+    assert _rel(got, ort) < 1e-3
+
+
+def test_int8_through_onnxruntime_is_said_for_the_plugins_without_int8_kernels():
+    tf = pytest.importorskip("tensorflow")
+    tf.keras.utils.set_random_seed(0)
+    m = tf.keras.Sequential([tf.keras.Input((8, 8, 1)), tf.keras.layers.Conv2D(4, 3, activation="relu"),
+                             tf.keras.layers.Flatten(), tf.keras.layers.Dense(3)])
+    r = np.random.default_rng(0)
+    cal = [r.standard_normal((2, 8, 8, 1)).astype(np.float32) for _ in range(2)]
     with pytest.warns(Warning, match="no int8 kernels.*onnxruntime"):
-        q = aiacc.optimize(m, _data(1)[0], precision="int8", calibration=_data(2))
+        q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)
     assert q.aiacc_precision.backend == "onnxruntime"
 
 

@@ -4,11 +4,13 @@ path with its accuracy guard.
     fast = aiacc.optimize(model, x, precision="int8", calibration=[x1, x2, ...], tolerance={"top1": 0.99})
 
 int8: the graph is traced and optimized as usual, then planned in the IR (aiacc.core.quant: calibration on
-the calibration inputs, per-channel int8 weights, Q/DQ placement, per-layer sensitivity) and run by the
-onnxruntime backend, whose integer kernels (QLinearConv, QGemm, QLinearMatMul, ...) execute the plan. That
-is the int8 path of all four frameworks: none of aiacc's native exports (torch fx, TF, MXNet, Caffe) has an
-int8 kernel to lower to, so backend="native" with int8 runs on onnxruntime too, with an AiaccWarning saying
-so (and the report's `backend` says "onnxruntime").
+the calibration inputs, per-channel int8 weights, Q/DQ placement, per-layer sensitivity). The same plan runs
+on: backend="onnxruntime" (every plugin), whose integer kernels (QLinearConv, QGemm, QLinearMatMul, ...)
+execute it; torch with backend="native" (the default), PyTorch's own x86 quantized kernels
+(aiacc/plugins/torch/int8.py: quantized conv2d / linear / add / cat in the exported fx module; the report's
+`backend` says "torch"). TF, MXNet and Caffe native exports have no int8 kernel to lower to, so
+backend="native" with int8 runs on onnxruntime there, with an AiaccWarning saying so (the report's `backend`
+says "onnxruntime").
 
 bf16 / fp16: torch native runs aiacc's float32 export under torch.autocast (bf16, measured faster than
 casting the weights: aiacc/plugins/torch/precision.py) or with its weights cast (fp16), inputs and outputs
@@ -160,6 +162,15 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
     feeds = _feeds(plugin, graph, samples, "calibration")
     qgraph, rep = quantize(graph, feeds, keep_float=keep_float, tolerance=tol, run=ort_run(),
                            weight_qmax=weight_qmax())
+    if backend == "native" and plugin.name == "torch":
+        # PyTorch's own x86 integer kernels (quantized::conv2d / linear / add / cat) run the same plan
+        from aiacc.plugins.torch.int8 import export_int8
+
+        out, kernels, engine = export_int8(plugin, qgraph, model, options)
+        rep.backend = "torch"
+        rep.steps.append("torch native: " + (", ".join(f"{n} {k}" for k, n in sorted(kernels.items()))
+                                             or "no integer kernel") + f" (quantized kernels, {engine})")
+        return out, rep
     rep.backend = "onnxruntime"
     if backend == "native":
         warnings.warn(f"precision='int8' with backend='native': aiacc's {plugin.title} export has no int8 kernels "

@@ -35,6 +35,8 @@ from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
 # qualified op ("Conv", "aiacc::FusedConv") -> lowering(builder, lnode) -> fx value(s); filled by the modules of
 # aiacc.plugins.torch.export_ops (the plugin imports them; this module never does)
 LOWERINGS = OpTable("torch lowerings")
+# planners(graph, fusions) run after the built-in peepholes; each may claim nodes none claimed before it
+FUSION_PLANNERS: list[Callable[[Graph, Any], None]] = []
 
 
 def _leaves(x: Any) -> list:
@@ -417,6 +419,8 @@ def plan_fusions(graph: Graph, inference: bool = False) -> Fusions:
                     f.skip.add(id(p))
                     f.special[id(node)] = (lambda x: lambda b, ln, n: [b.call(F.silu, arg(b, x))])(x)
                     break
+    for planner in FUSION_PLANNERS:  # registered by other modules (the int8 lowering: plugins/torch/int8.py)
+        planner(graph, f)
     return f
 
 
