@@ -23,8 +23,11 @@ fixed seeds), batch 1 and 8, 2 threads everywhere, timed interleaved (one call o
     aiacc bf16      aiacc.optimize(precision="bf16") (torch native), with --bf16 only: timed apart (2 calls),
                     as on a CPU without bf16 units (AVX2 only, like this one) one call takes seconds
     aiacc int8      aiacc.optimize(precision="int8", backend="onnxruntime", calibration=same data)
+    torch int8      the same plan on torch native (backend="native": PyTorch's fbgemm quantized kernels,
+                    aiacc/plugins/torch/int8.py)
+    ov int8         the same plan on OpenVINO (backend="openvino"), where the openvino package is installed
 
-Ratios are ms of the peer / ms of aiacc int8 (above 1: aiacc faster). Targets: int8 >= 2x the fp32 peer on
+Ratios are ms of the peer / ms of aiacc int8 (above 1: aiacc faster); fp32/torch and fp32/ov likewise. Targets: int8 >= 2x the fp32 peer on
 ResNet-50 and BERT at batch 8, and at least as fast as quantize_static. Each int8 result is also compared
 with the float32 model (max relative L2 error on a fresh input).
 """
@@ -101,6 +104,12 @@ def torch_digits(xtr, xte, ytr, yte, batch=50):
         rows["aiacc bf16"] = f"refused: {e}"
     q = aiacc.optimize(m, test[0], precision="int8", calibration=cal, backend="onnxruntime")
     rows["aiacc int8"] = acc(q)
+    rows["aiacc int8 torch native"] = acc(aiacc.optimize(m, test[0], precision="int8", calibration=cal))
+    from aiacc.backends.openvino import available
+
+    if available():
+        rows["aiacc int8 openvino"] = acc(aiacc.optimize(m, test[0], precision="int8", calibration=cal,
+                                                         backend="openvino"))
     rows["_plan"] = str(q.aiacc_precision).splitlines()[0]
     return rows
 
@@ -175,8 +184,12 @@ def speed(models, batches, iters, bf16=False, dynamic=False):
 
     print(f"\nspeed, {THREADS} threads, torch models of aiacc.zoo, median ms of {iters} interleaved rounds "
           f"(int8 weights {'8' if has_int8_dot() else '7'}-bit: this CPU {'has' if has_int8_dot() else 'lacks'} VNNI)")
+    from aiacc.backends.openvino import available as ov_available
+
+    ov = ov_available()
     print(f"  {'model':14s} {'b':>2s} {'ort fp32':>9s} {'ort int8':>9s} {'aiacc bf16':>10s} {'aiacc int8':>10s}"
-          f" {'fp32/int8':>9s} {'ortq/int8':>9s} {'int8 err':>8s} {'ortq err':>8s} setup")
+          f" {'torch int8':>10s} {'ov int8':>8s} {'fp32/int8':>9s} {'ortq/int8':>9s} {'fp32/torch':>10s}"
+          f" {'fp32/ov':>7s} {'int8 err':>8s} {'torch err':>9s} {'ov err':>7s} {'ortq err':>8s} setup")
     for name in models:
         for b in batches:
             t0 = time.time()
@@ -235,7 +248,9 @@ def speed(models, batches, iters, bf16=False, dynamic=False):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 q = aiacc.optimize(model, x, precision="int8", calibration=cal, backend="onnxruntime")
-            aiacc_s = time.time() - t1
+                aiacc_s = time.time() - t1
+                qt = aiacc.optimize(model, x, precision="int8", calibration=cal)  # torch native
+                qv = aiacc.optimize(model, x, precision="int8", calibration=cal, backend="openvino") if ov else None
             fns = {"ort fp32": lambda: s32.run(None, feeds), "ort int8": lambda: sq.run(None, feeds)}
             if dynamic:
                 fns["ort dyn"] = lambda: sd.run(None, feeds)
@@ -254,20 +269,35 @@ def speed(models, batches, iters, bf16=False, dynamic=False):
                 with torch.no_grad():
                     return q(*xs)
             fns["aiacc int8"] = run_q
+            fns["torch int8"] = lambda: _no_grad(qt, xs)
+            if qv is not None:
+                fns["ov int8"] = lambda: _no_grad(qv, xs)
             times = time_interleaved(fns, iters, warmup=2)
             ms = {k: median_ms(v) for k, v in times.items()}
-            with torch.no_grad():
-                got = q(*probe)
-            got = got[0] if isinstance(got, (tuple, list)) else got
-            err = rel(getattr(got, "last_hidden_state", got).numpy(), want)
+            def err_of(m):
+                if m is None:
+                    return float("nan")
+                got = _no_grad(m, probe)
+                got = got[0] if isinstance(got, (tuple, list)) else got
+                return rel(getattr(got, "last_hidden_state", got).numpy(), want)
+            err, terr, verr = err_of(q), err_of(qt), err_of(qv)
+            ms.setdefault("ov int8", float("nan"))
             qerr = rel(sq.run(None, pfeeds)[0], want)
             dyn = (f" ort dyn {ms['ort dyn']:.1f} ms (fp32/dyn {ms['ort fp32'] / ms['ort dyn']:.2f}, "
                    f"err {rel(sd.run(None, pfeeds)[0], want):.4f});") if dynamic else ""
             print(f"  {name:14s} {b:2d} {ms['ort fp32']:9.1f} {ms['ort int8']:9.1f} "
-                  f"{bf_ms:10.1f} {ms['aiacc int8']:10.1f} "
+                  f"{bf_ms:10.1f} {ms['aiacc int8']:10.1f} {ms['torch int8']:10.1f} {ms['ov int8']:8.1f} "
                   f"{ms['ort fp32'] / ms['aiacc int8']:9.2f} {ms['ort int8'] / ms['aiacc int8']:9.2f} "
-                  f"{err:8.4f} {qerr:8.4f} aiacc {aiacc_s:.0f} s, quantize_static {ortq_s:.0f} s "
+                  f"{ms['ort fp32'] / ms['torch int8']:10.2f} {ms['ort fp32'] / ms['ov int8']:7.2f} "
+                  f"{err:8.4f} {terr:9.4f} {verr:7.4f} {qerr:8.4f} aiacc {aiacc_s:.0f} s, quantize_static {ortq_s:.0f} s "
                   f"(total {time.time() - t0:.0f} s);{dyn} {str(q.aiacc_precision).splitlines()[0]}", flush=True)
+
+
+def _no_grad(model, xs):
+    import torch
+
+    with torch.no_grad():
+        return model(*xs)
 
 
 def main(argv=None):

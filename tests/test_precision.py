@@ -293,6 +293,8 @@ def test_mxnet_gluon_int8_runs_through_onnxruntime():
     assert len(q.aiacc_precision.quantized) == 3
     x = mx.nd.array(r.standard_normal((4, 3, 8, 8)).astype(np.float32))
     assert _rel(q(x).asnumpy(), net(x).asnumpy()) < 0.05
+    with pytest.raises(UnsupportedError, match="MXNet native export has no reduced-float path.*backend='onnxruntime'"):
+        aiacc.optimize(net, cal[0], precision="bf16")
 
 
 def test_caffe_int8_runs_through_onnxruntime():
@@ -310,3 +312,30 @@ def test_caffe_int8_runs_through_onnxruntime():
     assert set(rep.kept_float) == {"res3a", "res3a_prod"}
     x = {"data": r.standard_normal((1, 3, 16, 16)).astype(np.float32)}
     assert _rel(q.forward(**x)["prob"], model.forward(**x)["prob"]) < 0.05
+
+
+def test_torch_int8_on_openvino_runs_int8_layers_and_matches_onnxruntime():
+    from aiacc.backends.openvino import available
+
+    if not available():
+        pytest.skip("openvino is not installed (optional: pip install -c constraints.txt 'aiacc[openvino]')")
+    torch.manual_seed(0)
+    m = Net().eval()
+    cal = _data()
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="openvino")
+    assert q.aiacc_precision.backend == "openvino"
+    layers = q.runner.runtime_precisions()
+    assert layers.get("Convolution/u8") == 2 and layers.get("FullyConnected/u8") == 2, layers
+    qo = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="onnxruntime")
+    x = _data(1, seed=5)[0]
+    with torch.no_grad():
+        got, ort, want = q(x).numpy(), qo(x).numpy(), m(x).numpy()
+    assert _rel(got, want) < 0.05 and _rel(got, ort) < 1e-4
+
+
+def test_openvino_int8_is_refused_outside_torch_with_what_works():
+    tf = pytest.importorskip("tensorflow")
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3)])
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(UnsupportedError, match="backend='openvino' is there for torch.*backend='onnxruntime'"):
+        aiacc.optimize(m, x, precision="int8", calibration=[x], backend="openvino")

@@ -157,8 +157,12 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
     from aiacc.backends.quant import ort_run, weight_qmax
     from aiacc.core.quant import quantize
 
-    if backend not in ("native", "onnxruntime"):
-        raise UnsupportedError(f"the {plugin.title} plugin has no backend {backend!r} (use 'native' or 'onnxruntime')")
+    if backend not in ("native", "onnxruntime", "openvino"):
+        raise UnsupportedError(f"the {plugin.title} plugin has no int8 backend {backend!r} (use 'native', "
+                               f"'onnxruntime' or, for torch with the openvino package, 'openvino')")
+    if backend == "openvino" and plugin.name != "torch":
+        raise UnsupportedError(f"precision='int8' with backend='openvino' is there for torch models; the "
+                               f"{plugin.title} plugin runs int8 with backend='onnxruntime'")
     feeds = _feeds(plugin, graph, samples, "calibration")
     qgraph, rep = quantize(graph, feeds, keep_float=keep_float, tolerance=tol, run=ort_run(),
                            weight_qmax=weight_qmax())
@@ -171,6 +175,17 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
         rep.steps.append("torch native: " + (", ".join(f"{n} {k}" for k, n in sorted(kernels.items()))
                                              or "no integer kernel") + f" (quantized kernels, {engine})")
         return out, rep
+    if backend == "openvino":
+        from aiacc.backends import onnxruntime as aort
+        from aiacc.backends.openvino import OpenVinoRunner
+        from aiacc.plugins.torch.ort import RunnerModule
+
+        runner = OpenVinoRunner(qgraph, threads=aort.DEFAULT_THREADS or 0)
+        rep.backend = "openvino"
+        layers = runner.runtime_precisions()
+        int8 = sum(n for k, n in layers.items() if k.endswith(("/u8", "/i8")))
+        rep.steps.append(f"openvino: {int8} of {sum(layers.values())} executed layers in int8")
+        return RunnerModule(qgraph, runner), rep
     rep.backend = "onnxruntime"
     if backend == "native":
         warnings.warn(f"precision='int8' with backend='native': aiacc's {plugin.title} export has no int8 kernels "
@@ -189,8 +204,8 @@ def _low_float(plugin, model, graph, precision, backend, options):
     if backend == "native":
         if plugin.name != "torch":
             raise UnsupportedError(f"precision={precision!r}: aiacc's {plugin.title} native export has no "
-                                   f"reduced-float path; use backend='onnxruntime' with precision='fp16', or "
-                                   f"precision='int8'")
+                                   f"reduced-float path (it emits float32 ops only); use backend='onnxruntime' "
+                                   f"with precision='fp16', or precision='int8'{_bf16_note(precision)}")
         from aiacc.plugins.torch.precision import cast_module
 
         fp32 = plugin.export(graph, original=model, backend="native", **options)
@@ -204,6 +219,16 @@ def _low_float(plugin, model, graph, precision, backend, options):
     g16 = to_float16(graph)
     rep.cast = g16.meta.get("aiacc.float16_cast", 0)
     return plugin.export(g16, original=model, backend="onnxruntime", **options), rep
+
+
+def _bf16_note(precision: str) -> str:
+    """Why bf16 would not pay off here anyway, where the CPU has no bf16 units."""
+    from aiacc.backends.quant import cpu_flags
+
+    flags = cpu_flags()
+    if precision != "bf16" or not flags or flags & {"avx512_bf16", "amx_bf16"}:
+        return ""
+    return " (this CPU has no AVX-512 BF16 or AMX: bf16 would be emulated and slower than float32)"
 
 
 def _guard(plugin, model, out, samples, tol, rep, precision, what) -> None:
