@@ -166,3 +166,49 @@ def hf_model(name, batch=2, seq=16, with_mask=True):
             d["decoder_input_ids"] = torch.randint(0, vocab, (batch, seq // 2), generator=g)
         return d
     return model, feed(), feed()
+
+
+# benchmarks/reach.py --speed: the issue's latency configs (random weights, batch 1, seq 128, ViT at 224)
+SPEED_SIZES = {
+    # size: (hidden, heads, ffn, layers); "base" is BERT-base's width with 4 of its 12 layers (2 cores)
+    "small": (256, 4, 1024, 4),
+    "base": (768, 12, 3072, 4),
+}
+
+
+@_seeded
+def hf_speed_model(name, size="small", batch=1, seq=128, image=224, attn="sdpa"):
+    """BERT, DistilBERT, GPT-2 or ViT at one of SPEED_SIZES (random weights, no cache, attention
+    implementation `attn`: "sdpa", transformers' default, or "eager"): (model, inputs as keywords, a
+    fresh input of the same shapes)."""
+    tr = transformers()
+    hidden, heads, ffn, layers = SPEED_SIZES[size]
+    if name == "bert":
+        config = tr.BertConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=ffn,
+                               num_hidden_layers=layers)
+        model_cls = tr.BertModel
+    elif name == "distilbert":
+        config = tr.DistilBertConfig(dim=hidden, n_heads=heads, hidden_dim=ffn, n_layers=layers)
+        model_cls = tr.DistilBertModel
+    elif name == "gpt2":
+        config = tr.GPT2Config(n_embd=hidden, n_head=heads, n_inner=ffn, n_layer=layers)
+        model_cls = tr.GPT2Model
+    elif name == "vit":
+        config = tr.ViTConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=ffn,
+                              num_hidden_layers=layers, image_size=image, patch_size=16)
+        model_cls = tr.ViTModel
+    else:
+        raise KeyError(f"no speed config for {name!r}")
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    config._attn_implementation = attn
+    model = model_cls(config)
+    g = torch.Generator().manual_seed(0)
+    if name == "vit":
+        x, fresh = (torch.randn(batch, 3, image, image, generator=g) for _ in range(2))
+        return model, {"pixel_values": x}, {"pixel_values": fresh}
+
+    def feed():
+        return {"input_ids": torch.randint(0, config.vocab_size, (batch, seq), generator=g),
+                "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
+    return model, feed(), feed()

@@ -37,15 +37,20 @@ def sdpa(imp, q: Value, k: Value, v: Value, mask: Value | None, p: float, active
     perm = list(range(r))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = imp.op("Mul", imp.op("MatMul", q, imp.op("Transpose", k, perm=perm)), imp.scalar_like(scale, q))
+    # masks are additive (0 where allowed, -inf where not), as torch's own math path makes them: s + 0 == s
+    # and s + -inf == -inf exactly, and one Add of a mask computed once per graph is the form the core's
+    # attention recognition fuses
+    additive = []
     if causal:
         L, S = imp.shape_of(q)[-2], imp.shape_of(k)[-2]
-        mask_c = np.triu(np.ones((L, S), dtype=bool), 1)
-        scores = imp.op("Where", imp.const(mask_c), imp.scalar_like(float("-inf"), scores), scores)
+        mask_c = np.where(np.triu(np.ones((L, S), dtype=bool), 1), -np.inf, 0.0).astype(q.dtype)
+        additive.append(imp.const(mask_c))
     if mask is not None:
         if mask.dtype == "bool":  # True = may attend (SDPA convention), converted by the caller
-            scores = imp.op("Where", mask, scores, imp.scalar_like(float("-inf"), scores))
-        else:
-            scores = imp.op("Add", scores, mask)
+            mask = imp.op("Where", mask, imp.scalar_like(0.0, q), imp.scalar_like(float("-inf"), q))
+        additive.append(mask)
+    if additive:
+        scores = imp.op("Add", scores, additive[0] if len(additive) == 1 else imp.op("Add", *additive))
     weights = imp.op("Softmax", scores, axis=-1)
     if active and p > 0:
         weights = dropout(imp, weights, p, True)
