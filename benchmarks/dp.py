@@ -40,6 +40,15 @@ noisy, hence interleaving and medians.
     python benchmarks/dp.py --rates 100mbit --models resnet --steps 3     # each run under ~5 min
     python benchmarks/dp.py --nodes 4 --rates 1gbit --models resnet --sweep ''   # 4 nodes; on a 2-core
                                             # machine the 4 ranks share the cores (oversubscribed)
+    python benchmarks/dp.py --rates 100mbit --models bert --steps 3 --timeline-steps 3   # + where the wire idles
+    python benchmarks/dp.py --nodes 4 --rates 1gbit --models tiny --sweep '' --f64-check # vs a float64 reference
+
+--timeline-steps N: after the table's run, N more steps of DDP and of each aiacc row with this node's interface
+byte counters sampled every 2 ms: the bytes sent per step, the wire time they take at the link's rate, and the
+wire's idle time per step split by the phase of the step (forward, backward, reduce+update; with per-layer
+waits the forward includes them). --f64-check: each candidate's largest difference from a float64 reference
+of the same training (and the same computation in float32 on one process): with more than 2 ranks the
+all-reduce's summation order depends on the bucket layout (tests/distributed/test_sum_order.py).
 """
 from __future__ import annotations
 
