@@ -76,3 +76,33 @@ def test_without_onnxruntime_auto_runs_aiacc_and_says_why(monkeypatch):
     model.runtime = "onnxruntime"
     with pytest.raises(UnsupportedError, match="onnxruntime is not installed"):
         model.forward(**_x(model))
+
+
+@needs_ort
+def test_on_onnxruntime_lrn_runs_the_numba_kernel_between_sessions():
+    pytest.importorskip("numba")
+    from aiacc.core.runtime import numba_nn
+
+    model = CaffeModel(zoo.build("alexnet").net, runtime="onnxruntime")
+    x = _x(model, seed=2)
+    runner = _runtime(model, model.graph)
+    ort = runner.ort()
+    lrn = [n for n in ort.graph.nodes if n.op == "LRN"]
+    assert lrn and all(n.is_opaque for n in lrn)  # not onnxruntime's scalar LRN
+    calls = []
+    real = numba_nn.lrn_into
+
+    def counted(*a):
+        calls.append(1)
+        return real(*a)
+    numba_nn.lrn_into = counted
+    try:
+        # the kernels bound lrn_into at build time: rebuild to count
+        runner._ort = None
+        got = model.forward(**x)
+    finally:
+        numba_nn.lrn_into = real
+    assert len(calls) == len(lrn)
+    want = CaffeModel(model.net, runtime="aiacc").forward(**x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5 * float(np.abs(want[k]).max()))
