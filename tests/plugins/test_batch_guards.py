@@ -233,3 +233,59 @@ def test_onnx_guard_declares_the_batch_so_runtimes_refuse_other_sizes():
     session.run(None, {"x": _rand(1, 4)})
     with pytest.raises(Exception, match=r"(?i)invalid dimensions for input: x"):
         session.run(None, {"x": _rand(5, 4)})
+
+
+# ------------------------------------------------------------------------------------------------ Caffe
+_NET = """name: "fixed"
+layer { name: "in" type: "Input" top: "img" input_param { shape { dim: 1 dim: 2 dim: 5 dim: 5 } } }
+layer { name: "cv" type: "Convolution" bottom: "img" top: "c" convolution_param { num_output: 3 kernel_size: 3 } }
+layer { name: "act" type: "ReLU" bottom: "c" top: "feat" }
+"""
+
+
+@needs_ort
+@pytest.mark.parametrize("backend", ["native", "onnxruntime"])
+def test_caffe_net_declares_its_batch_and_both_nets_refuse_another(backend):
+    from aiacc.plugins.caffe import CaffeModel
+
+    net = CaffeModel.from_text(_NET).fill_random()
+    fast = _optimize(net, {"img": _rand(1, 2, 5, 5)}, backend=backend)
+    assert fast.aiacc_report.interface == ["batch: traced at 1; the original does not run at batch 5 either "
+                                           "(ShapeError), so other sizes were not checked"]
+    with pytest.raises(ShapeError, match=r"'img'.*\[5, 2, 5, 5\]"):
+        fast.forward(img=_rand(5, 2, 5, 5))
+
+
+@needs_mxnet
+def test_gluon_reshape_fixed_at_the_example_batch_is_refused_before_mxnet_runs_it():
+    """GroupNorm reshapes to (batch, groups, -1) and back: the exported symbol holds the example's batch in its
+    Reshape targets, and MXNet's Reshape does not check element counts (its kernel crashed the process at
+    another batch size). Shape inference finds it before anything runs."""
+    mx = _mx()
+    block = mx.gluon.nn.GroupNorm(num_groups=2)
+    block.initialize()
+    block.hybridize()
+    x1 = _rand(2, 4, 3, 3)
+    fast = _optimize(block, [x1])
+    (line,) = fast.aiacc_report.interface
+    assert line.startswith("batch: specialized to 2 (at batch 6: ")
+    np.testing.assert_allclose(fast(mx.nd.array(x1)).asnumpy(), block(mx.nd.array(x1)).asnumpy(), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ShapeError, match=r"input 'data' of shape \[6, 4, 3, 3\]: its dimension 0 must be 2"):
+        fast(mx.nd.array(_rand(6, 4, 3, 3)))
+
+
+@needs_mxnet
+def test_mxnet_file_specialized_to_its_batch_says_so_and_strict_refuses(tmp_path):
+    from aiacc.errors import AiaccWarning, FallbackError, collecting_fallbacks
+    from aiacc.plugins.mxnet.files import optimize_file
+
+    mx = _mx()
+    data = mx.sym.var("data", shape=(1, 4))
+    per_row = mx.sym.broadcast_add(data, mx.sym.reshape(mx.sym.contrib.arange_like(data, axis=0), shape=(-1, 1)))
+    per_row.save(str(tmp_path / "per_row-symbol.json"))
+    with pytest.warns(AiaccWarning, match=r"holds only at batch 1"):
+        report = optimize_file(str(tmp_path / "per_row-symbol.json"), str(tmp_path / "out"))
+    assert report.verified.startswith("verified: ") and "; specialized to batch 1 (at batch 5: " in report.verified
+    with pytest.raises(FallbackError, match=r"holds only at batch 1"), collecting_fallbacks(True):
+        optimize_file(str(tmp_path / "per_row-symbol.json"), str(tmp_path / "out2"))

@@ -27,6 +27,16 @@ class CaffePlugin(Plugin):
     title = "Caffe"
     install_hint = "pip install 'aiacc[caffe]'"
 
+    # a Caffe net declares its input shapes: verify's check at another batch size then reports that the
+    # original refuses it as well (CaffeModel.reshape makes a net for another size)
+    checks_batch = True
+
+    def with_batch(self, example_inputs: Any, n: int) -> Any:
+        """The example arrays with `n` rows (base.grow_arrays)."""
+        from aiacc.plugins.base import grow_arrays
+
+        return grow_arrays(example_inputs, n)
+
     def detect(self, model: Any) -> bool:
         """A CaffeModel or OrtCaffeModel (aiacc's own classes: there is no Caffe package)."""
         return type(model).__module__.startswith("aiacc.plugins.caffe")

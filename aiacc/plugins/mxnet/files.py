@@ -120,7 +120,7 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
         if problem:
             raise VerificationError(f"aiacc optimize {path}: {problem}")
         said = f"verified: same outputs on random inputs (seed {seed}, rtol={t.rtol:g}, atol={t.atol:g})"
-        said += _batch_claim(path, ref, new, feeds, t)
+        said += _batch_claim(path, ref, new, feeds, t, sym, [v.name for v in g.inputs], {**args, **aux})
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     sym_path, params_path = written_paths(out)
     with open(sym_path, "w") as f:
@@ -129,7 +129,8 @@ def optimize_file(path: str, out: str, *, params: str | None = None,
     return FileReport(path, "mxnet", [sym_path, params_path], report, g, said)
 
 
-def _batch_claim(path: str, ref: Any, new: Any, feeds: list, plugin: Any) -> str:
+def _batch_claim(path: str, ref: Any, new: Any, feeds: list, plugin: Any, sym: Any = None,
+                 input_names: Sequence[str] = (), params: Mapping[str, Any] | None = None) -> str:
     """What the written model does at another batch size (the files cannot refuse one): "; runs at other batch
     sizes ...", "" where the original itself does not run there, or a fallback (AiaccWarning; FallbackError
     under strict) saying the written model holds only at the batch size it was optimized for."""
@@ -148,8 +149,15 @@ def _batch_claim(path: str, ref: Any, new: Any, feeds: list, plugin: Any) -> str
     except Exception:  # noqa: BLE001 - the original takes only its declared batch size: nothing to claim
         return ""
     try:
-        problem = compare_outputs(expected, _flatten_outputs_of(new, [mx.nd.array(a) for a in bigger]),
-                                  plugin.rtol, plugin.atol)
+        from aiacc.plugins.mxnet.guard import symbol_misfit
+
+        shapes = {**{k: tuple(np.shape(v)) for k, v in (params or {}).items()},
+                  **{k: a.shape for k, a in zip(input_names, bigger)}}
+        # checked by shape inference first: a reshape fixed at the example's batch crashes MXNet's kernel
+        problem = (symbol_misfit(mx.sym.load_json(sym.to_json()), shapes, [e.shape for e in expected])
+                   if sym is not None else "") or \
+            compare_outputs(expected, _flatten_outputs_of(new, [mx.nd.array(a) for a in bigger]),
+                            plugin.rtol, plugin.atol)
     except Exception as e:  # noqa: BLE001 - the written model fails at the other size
         problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
     if not problem:

@@ -272,6 +272,21 @@ class MXNetPlugin(Plugin):
 
         return guard_block(model, batch, why)
 
+    def batch_precheck(self, model: Any, inputs: Any, expected: list[np.ndarray]) -> str:
+        """A native block's symbol checked by MXNet's shape inference at the other size before it runs there
+        (mxnet/guard.py symbol_misfit: a reshape fixed at the example's batch would crash MXNet's kernel)."""
+        from aiacc.plugins.mxnet.guard import block_shapes, symbol_misfit
+
+        sym = getattr(model, "plain_symbol", None)
+        graph = getattr(model, "aiacc_graph", None)
+        if sym is None or graph is None:
+            return ""
+        arrays = example_arrays(inputs)
+        if isinstance(arrays, dict):
+            arrays = [arrays[v.name] for v in graph.inputs]
+        shapes = block_shapes(model, {v.name: a.shape for v, a in zip(graph.inputs, arrays)})
+        return symbol_misfit(sym, shapes, [e.shape for e in expected])
+
     def _check_batch(self, model: Any, out: Any, example_inputs: Any) -> list[str]:
         """base's batch check, for inference (mode='train' is verified on one recorded forward at the example's
         size)."""
