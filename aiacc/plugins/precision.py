@@ -8,9 +8,10 @@ the calibration inputs, per-channel int8 weights, Q/DQ placement, per-layer sens
 on: backend="onnxruntime" (every plugin), whose integer kernels (QLinearConv, QGemm, QLinearMatMul, ...)
 execute it; torch with backend="native" (the default), PyTorch's own x86 quantized kernels
 (aiacc/plugins/torch/int8.py: quantized conv2d / linear / add / cat in the exported fx module; the report's
-`backend` says "torch"). TF, MXNet and Caffe native exports have no int8 kernel to lower to, so
-backend="native" with int8 runs on onnxruntime there, with an AiaccWarning saying so (the report's `backend`
-says "onnxruntime").
+`backend` says "torch"); torch with backend="openvino" where the optional openvino package is installed
+(aiacc/backends/openvino.py: OpenVINO's CPU plugin compiles the QDQ graph to its int8 layers). TF, MXNet
+and Caffe native exports have no int8 kernel to lower to, so backend="native" with int8 runs on
+onnxruntime there, with an AiaccWarning saying so (the report's `backend` says "onnxruntime").
 
 bf16 / fp16: torch native runs aiacc's float32 export under torch.autocast (bf16, measured faster than
 casting the weights: aiacc/plugins/torch/precision.py) or with its weights cast (fp16), inputs and outputs

@@ -120,6 +120,13 @@ class QuantReport:
     verified: str | None = None  # what the accuracy guard measured on the user's model
     planner: Any = field(default=None, repr=False)  # kept to measure the sensitivity later
 
+    def __getstate__(self) -> dict:
+        """Pickled without the planner (its graphs and backend run function): a saved model carries the
+        report of what was measured, not the means to measure more."""
+        state = self.__dict__.copy()
+        state["planner"] = None
+        return state
+
     def measure_sensitivity(self) -> list[LayerError]:
         """The per-layer sensitivity table (measured now if the plan did not need it)."""
         if self.sensitivity is None and self.planner is not None:

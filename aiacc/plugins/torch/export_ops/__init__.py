@@ -9,5 +9,6 @@ exporter never imports its tables (the plugin does, see translator.py).
   extra        the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin, Range, ...)
 """
 from aiacc.plugins.torch.export_ops import elementwise, extra, fused, nn, shape  # noqa: F401
+from aiacc.plugins.torch import int8  # noqa: F401,E402  (QuantizeLinear/DequantizeLinear, integer kernels)
 
 __all__ = ["elementwise", "shape", "nn", "fused", "extra"]
