@@ -141,3 +141,20 @@ def test_lstm_in_a_model_with_dropout_in_eval():
     g = torch.Generator().manual_seed(8)
     ids, fresh = torch.randint(0, 20, (N, L), generator=g), torch.randint(0, 20, (N, L), generator=g)
     _check(_Tagger(), (ids,), (fresh,))
+
+
+def test_timm_sequencer2d_has_no_opaque_node():
+    """timm's Sequencer2d (bidirectional batch_first LSTMs over the rows and the columns), at a small size."""
+    from tests.reach import _models as M
+    try:
+        timm = M.timm()
+    except ImportError as e:
+        pytest.skip(f"timm: {e}")
+    from timm.models.sequencer import Sequencer2d
+    torch.manual_seed(0)
+    model = Sequencer2d(num_classes=10, img_size=32, layers=(1, 1), patch_sizes=(4, 2), embed_dims=(16, 16),
+                        hidden_sizes=(8, 8), mlp_ratios=(2.0, 2.0))
+    assert timm is not None and any(isinstance(m, nn.LSTM) for m in model.modules())
+    g = torch.Generator().manual_seed(9)
+    x, fresh = torch.randn(2, 3, 32, 32, generator=g), torch.randn(2, 3, 32, 32, generator=g)
+    _check(model, (x,), (fresh,), tol=1e-4)  # a whole network: the issue's 1e-4
