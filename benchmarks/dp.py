@@ -613,7 +613,7 @@ def main() -> None:
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "
                       f"compute {c['compute_slowdown']:.2f}x / all-reduce {c['comm_slowdown']:.2f}x slower when "
-                      f"both run; all-reduce ms at " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
+                      f"both run; link banks {c.get('banked_s', 0.0) * 1e3:.1f} ms of idle time; all-reduce ms at " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
                                                                   reports[rate]["samples"]) +
                       "; fp16 " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
                                             reports[rate].get("samples_fp16", ())) +

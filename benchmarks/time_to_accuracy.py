@@ -115,7 +115,8 @@ def worker(out: str, target: float, max_epochs: int) -> None:
     if rank == 0:
         Path(out).write_text(json.dumps({"state": state, "param_diff": diff, "train": len(xtr), "test": len(xte),
                                          "params": sum(p.numel() for p in a.parameters()),
-                                         "buckets": len(runs["aiacc"][2].plan.buckets)}))
+                                         "buckets": len(runs["aiacc"][2].plan.buckets),
+                                         "plan_notes": runs["aiacc"][2].plan.notes}))
     dist.barrier()
     hvd.shutdown()
 
@@ -154,6 +155,8 @@ def main() -> None:
         print(f"aiacc / DDP wall time to {args.target:.0%}: {a['wall_s'] / b['wall_s']:.2f} "
               f"(aiacc plan: {rep['buckets']} bucket(s)); largest parameter difference aiacc vs DDP at the end: "
               + (f"{rep['param_diff']:.1e}" if rep["param_diff"] is not None else "n/a (different epochs)"))
+    if rep.get("plan_notes"):
+        print(f"aiacc plan: {rep['plan_notes']}")
     if not ok:
         raise SystemExit("a candidate did not reach the target")
 

@@ -31,6 +31,27 @@ BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyo
 FP16_MIN_NUMEL = 1 << 8  # fp16 samples from 256 elements up (the sizes of buckets an fp16 plan sends)
 
 
+def batch_messages(nbytes: int) -> int:
+    """How many back-to-back all-reduces of `nbytes` one timed calibration batch holds (at least
+    BATCH_BYTES in all, 2 to 128 messages)."""
+    return int(min(128, max(2, -(-BATCH_BYTES // max(1, int(nbytes))))))
+
+
+def banked_time(samples: Sequence[tuple[float, float]]) -> float:
+    """Idle wire time the link banks, from calibration samples (bytes, mean seconds per message of a
+    batch that followed an idle barrier): the median over the mid-sized samples (neither the smallest,
+    a latency probe, nor the largest, the reference) of the time a batch took less than the sustained
+    rate (the largest sample's seconds per byte) and the smallest sample's latency allow, at least 0. A token bucket (tc tbf) sends its
+    burst at line rate after idle time, so every batch larger than the burst saves about burst / rate;
+    on a link without one, smaller messages cost more per byte than large ones and this is 0. The
+    median: one sample that looks impossibly fast must not make every overlap look illusory."""
+    pts = sorted((float(b), float(t)) for b, t in samples)
+    if len(pts) < 3 or pts[-1][0] <= 0:
+        return 0.0
+    per_byte, lat = pts[-1][1] / pts[-1][0], pts[0][1]  # each message also pays the smallest's latency
+    return float(np.median([max(0.0, batch_messages(int(b)) * (lat + b * per_byte - t)) for b, t in pts[1:-1]]))
+
+
 def cluster_shape(world: int) -> tuple[int, int]:
     """(nodes, workers per node) of the job: torchrun's LOCAL_WORLD_SIZE ranks share a node."""
     per = max(1, min(local_size(), world))
@@ -84,7 +105,8 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
     as the cluster's `allreduce_samples` (the cost model interpolates them), with the least-squares
     alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
     ranks per node); the same in float16 from FP16_MIN_NUMEL elements up (`allreduce_samples_fp16`, for
-    fp16 compression); and the contention of compute and communication (`measure_contention`). Rank
+    fp16 compression); the idle wire time a token-bucket link banks (`banked_time`, the ClusterSpec's
+    banked_s); and the contention of compute and communication (`measure_contention`). Rank
     0's measurement is shared by all ranks so that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips
     the measurement and assumes that network between nodes."""
     global _CLUSTER
@@ -107,7 +129,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
         # the median over batches
         times = []
         nbytes = t.element_size() * n
-        k = int(min(128, max(2, -(-BATCH_BYTES // nbytes))))
+        k = batch_messages(nbytes)
         for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
             collective("calibration barrier", dist.barrier)
             t0 = time.perf_counter()
@@ -126,7 +148,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
     _SAMPLES16[:] = samples16
     lat, coef = fit_alpha_beta(samples)
     _CLUSTER = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), compute_slowdown=slowdowns[0],
-                                   comm_slowdown=slowdowns[1],
+                                   comm_slowdown=slowdowns[1], banked_s=banked_time(samples),
                                    allreduce_samples=tuple((float(b), float(t)) for b, t in samples),
                                    allreduce_samples_fp16=tuple((float(b), float(t)) for b, t in samples16)
                                    if len(samples16) >= 2 else None)

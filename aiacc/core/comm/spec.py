@@ -116,6 +116,10 @@ class ClusterSpec:
     the smallest and largest) instead of the ring formulas of the links. `allreduce_samples_fp16`: the
     same for float16 payloads (bytes of float16), which a CPU transport sums at another rate per byte;
     the cost model of an fp16-compressed plan uses them where given.
+
+    `banked_s`: idle wire time the link banks (a token bucket such as tc's tbf: after idle time a burst
+    goes at line rate; calibrate estimates it from batches carried faster than the sustained rate). The
+    simulator does not model it: an overlap gain up to that time may not happen on such a link.
     """
 
     nodes: int
@@ -128,6 +132,7 @@ class ClusterSpec:
     comm_slowdown: float = 1.0
     allreduce_samples: tuple[tuple[float, float], ...] | None = None
     allreduce_samples_fp16: tuple[tuple[float, float], ...] | None = None
+    banked_s: float = 0.0
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -144,6 +149,8 @@ class ClusterSpec:
             if pts is not None and (len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts)):
                 raise CommError(f"cluster {k} need at least 2 distinct non-negative "
                                 f"(bytes, seconds) pairs, got {pts!r:.200}")
+        if not self.banked_s >= 0:
+            raise CommError(f"cluster banked_s must not be negative, got {self.banked_s}")
         for k in ("compute_slowdown", "comm_slowdown"):
             if not getattr(self, k) >= 1.0:
                 raise CommError(f"cluster {k} must be at least 1 (a factor by which contention slows down), "

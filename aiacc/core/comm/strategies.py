@@ -17,6 +17,7 @@ aiacc           aiacc's plan: for several partition sizes, bucket boundaries cho
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -25,7 +26,7 @@ import numpy as np
 from aiacc.core.comm.cost import CostModel
 from aiacc.core.comm.errors import CommError
 from aiacc.core.comm.plan import COMPRESSIONS, Bucket, Piece, Plan
-from aiacc.core.comm.simulate import SimResult, simulate
+from aiacc.core.comm.simulate import SimResult, lower_bound, simulate
 from aiacc.core.comm.spec import ClusterSpec, ModelSpec
 
 MB = 1 << 20
@@ -146,6 +147,15 @@ DDP_DEFAULT_MB = 25  # torch DDP's bucket_cap_mb
 DDP_SWEEP_MB = (1, 2, 5, 10, 25, 50)  # DDP bucket caps the planner tries (DDP's best of a sweep, as a user tunes it)
 
 
+def _required_gain(step_s: float, latency_s: float, extra_messages: int, margin: float,
+                   banked_s: float = 0.0) -> float:
+    """The predicted gain (seconds) a plan needs over a DDP-like one on measured costs: `margin` of the
+    step, the latency of every message it adds (at least one), and the idle wire time the link banks
+    (ClusterSpec.banked_s: a token bucket sends after idle time at line rate, so overlap that fills idle
+    wire time gains nothing up to that much)."""
+    return max(margin * step_s, latency_s * max(1, extra_messages), banked_s)
+
+
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
                  cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40,
                  sync: str = "layer", fallback_margin: float = 0.0) -> tuple[Plan, SimResult, list[SimResult]]:
@@ -162,10 +172,31 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     the best DDP-like plan (the DDP sweep) by more than this fraction of the step, else that DDP-like
     plan is returned (fewer, larger messages: the safer choice when the model says aiacc cannot win);
     its `notes` say so; that DDP-like plan is DDP's default bucketing (DDP_DEFAULT_MB) unless another
-    bucket size is predicted faster than it by the same margin. Returns (plan, its result, all results)."""
+    bucket size is predicted faster than it by the same margin. Each gain must also exceed the latency
+    of the messages the plan adds (at least one message's) and the idle wire time the link banks
+    (`ClusterSpec.banked_s`): that much of a prediction is the model's own error (overlap under
+    contention, or idle wire time a token bucket makes up for, do not behave as simulated). Where DDP's default step minus
+    the lower bound (what any plan could gain) is below that, the search is skipped and DDP's default
+    returned. Returns (plan, its result, all results)."""
     cost = cost or CostModel(cluster, compression=compression)
     lin = cost.bound_terms()
     total = max(1, sum(g.numel for g in model.gradients()) * 4)
+    default_plan = None
+    if baselines and fallback_margin > 0:
+        # where no plan can gain enough over DDP's default to pass the fallback's test below (the default's
+        # step minus the lower bound is at most the gain of any plan), the search cannot change the
+        # outcome: skip it (a short step re-planned inside training pays the search's time)
+        p = ddp(model, cluster, bucket_cap=DDP_DEFAULT_MB * MB, compression=compression)
+        default_plan = Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params})
+        default_res = simulate(model, cluster, default_plan, cost, validate=False, sync=sync)
+        room = default_res.iteration_s - lower_bound(model, cluster, cost, compression)
+        if room <= _required_gain(default_res.iteration_s, lin.latency, 1, fallback_margin, cluster.banked_s):
+            notes = (f"fallback to DDP-like buckets of {DDP_DEFAULT_MB} MB (DDP's default): at most {room * 1e3:.2f} ms of the "
+                     f"{default_res.iteration_s * 1e3:.2f} ms step to gain (its lower bound), not more than the "
+                     f"{fallback_margin:.0%} margin, one message's latency ({lin.latency * 1e3:.2f} ms) and the "
+                     f"link's banked idle time ({cluster.banked_s * 1e3:.2f} ms)")
+            best = dataclasses.replace(default_plan, notes=notes, params={**default_plan.params, "fallback": True})
+            return best, default_res, [default_res]
     # the size at which latency is 1/16 of the transfer; scan a factor of 64 around it
     knee = lin.latency / lin.coef * 16 if lin.coef > 0 else total
     sizes = sorted({float(max(64 * 1024, min(total, knee * 2.0 ** e))) for e in range(-3, 4)})
@@ -197,15 +228,27 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
         # bucketing unless the measured model predicts a clear gain
         d = min(ddp_like, key=lambda i: (results[i].iteration_s, results[i].messages))
         default = next(i for i in ddp_like if candidates[i].params["bucket_cap"] == DDP_DEFAULT_MB * MB)
-        if d != default and results[d].iteration_s >= results[default].iteration_s * (1 - fallback_margin):
+        lat = lin.latency
+
+        def short(res: SimResult, ref: SimResult) -> bool:
+            # the predicted gain is within the margin, or no larger than the latency of the messages the
+            # plan adds (at least one): about the model's own error where overlap under contention may not
+            # happen as simulated (on one core per rank gloo's thread competes with backward)
+            need = _required_gain(ref.iteration_s, lat, res.messages - ref.messages, fallback_margin,
+                                  cluster.banked_s)
+            return ref.iteration_s - res.iteration_s <= need
+
+        if d != default and short(results[d], results[default]):
             d = default
-        if best_res.iteration_s >= results[d].iteration_s * (1 - fallback_margin) and k != d:
+        if short(best_res, results[d]) and k != d:
             gain = 1 - best_res.iteration_s / results[d].iteration_s
             p = candidates[d]
             best = Plan("aiacc", p.buckets, p.scheduling, compression,
                         notes=f"fallback to DDP-like buckets of {p.params['bucket_cap'] / MB:g} MB: the measured "
                               f"model predicts aiacc's own plan ({len(best.buckets)} buckets) only "
-                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin"
+                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin, the latency "
+                              f"({lat * 1e3:.2f} ms) of the messages it adds or the link's banked idle time "
+                              f"({cluster.banked_s * 1e3:.2f} ms)"
                               + ("" if d != default else f" (and no other bucket size {fallback_margin:.0%} faster "
                                                           f"than DDP's default)"),
                         params={**p.params, "fallback": True})
