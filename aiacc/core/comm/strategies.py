@@ -147,13 +147,13 @@ DDP_DEFAULT_MB = 25  # torch DDP's bucket_cap_mb
 DDP_SWEEP_MB = (1, 2, 5, 10, 25, 50)  # DDP bucket caps the planner tries (DDP's best of a sweep, as a user tunes it)
 
 
-def _required_gain(step_s: float, latency_s: float, extra_messages: int, margin: float,
-                   banked_s: float = 0.0) -> float:
+def _required_gain(step_s: float, latency_s: float, margin: float, banked_s: float = 0.0) -> float:
     """The predicted gain (seconds) a plan needs over a DDP-like one on measured costs: `margin` of the
-    step, the latency of every message it adds (at least one), and the idle wire time the link banks
-    (ClusterSpec.banked_s: a token bucket sends after idle time at line rate, so overlap that fills idle
-    wire time gains nothing up to that much)."""
-    return max(margin * step_s, latency_s * max(1, extra_messages), banked_s)
+    step, one message's latency (a gain that small is within the cost of the one message more a plan
+    of aiacc's own sends at least), and the idle wire time the link banks (ClusterSpec.banked_s: a
+    token bucket sends after idle time at line rate, so overlap that fills idle wire time gains nothing
+    up to that much)."""
+    return max(margin * step_s, latency_s, banked_s)
 
 
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
@@ -172,8 +172,8 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     the best DDP-like plan (the DDP sweep) by more than this fraction of the step, else that DDP-like
     plan is returned (fewer, larger messages: the safer choice when the model says aiacc cannot win);
     its `notes` say so; that DDP-like plan is DDP's default bucketing (DDP_DEFAULT_MB) unless another
-    bucket size is predicted faster than it by the same margin. Each gain must also exceed the latency
-    of the messages the plan adds (at least one message's) and the idle wire time the link banks
+    bucket size is predicted faster than it by the same margin. Each gain must also exceed one
+    message's latency (the smallest sample's time) and the idle wire time the link banks
     (`ClusterSpec.banked_s`): that much of a prediction is the model's own error (overlap under
     contention, or idle wire time a token bucket makes up for, do not behave as simulated). Where DDP's default step minus
     the lower bound (what any plan could gain) is below that, the search is skipped and DDP's default
@@ -190,7 +190,7 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
         default_plan = Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params})
         default_res = simulate(model, cluster, default_plan, cost, validate=False, sync=sync)
         room = default_res.iteration_s - lower_bound(model, cluster, cost, compression)
-        if room <= _required_gain(default_res.iteration_s, lin.latency, 1, fallback_margin, cluster.banked_s):
+        if room <= _required_gain(default_res.iteration_s, lin.latency, fallback_margin, cluster.banked_s):
             notes = (f"fallback to DDP-like buckets of {DDP_DEFAULT_MB} MB (DDP's default): at most {room * 1e3:.2f} ms of the "
                      f"{default_res.iteration_s * 1e3:.2f} ms step to gain (its lower bound), not more than the "
                      f"{fallback_margin:.0%} margin, one message's latency ({lin.latency * 1e3:.2f} ms) and the "
@@ -231,11 +231,10 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
         lat = lin.latency
 
         def short(res: SimResult, ref: SimResult) -> bool:
-            # the predicted gain is within the margin, or no larger than the latency of the messages the
-            # plan adds (at least one): about the model's own error where overlap under contention may not
-            # happen as simulated (on one core per rank gloo's thread competes with backward)
-            need = _required_gain(ref.iteration_s, lat, res.messages - ref.messages, fallback_margin,
-                                  cluster.banked_s)
+            # the predicted gain is within the margin, one message's latency or the link's banked idle
+            # time: about the model's own error where overlap may not happen as simulated (on one core
+            # per rank gloo's thread competes with backward; a token bucket makes up for idle wire time)
+            need = _required_gain(ref.iteration_s, lat, fallback_margin, cluster.banked_s)
             return ref.iteration_s - res.iteration_s <= need
 
         if d != default and short(results[d], results[default]):
@@ -246,8 +245,8 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
             best = Plan("aiacc", p.buckets, p.scheduling, compression,
                         notes=f"fallback to DDP-like buckets of {p.params['bucket_cap'] / MB:g} MB: the measured "
                               f"model predicts aiacc's own plan ({len(best.buckets)} buckets) only "
-                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin, the latency "
-                              f"({lat * 1e3:.2f} ms) of the messages it adds or the link's banked idle time "
+                              f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin, one message's latency "
+                              f"({lat * 1e3:.2f} ms) or the link's banked idle time "
                               f"({cluster.banked_s * 1e3:.2f} ms)"
                               + ("" if d != default else f" (and no other bucket size {fallback_margin:.0%} faster "
                                                           f"than DDP's default)"),
