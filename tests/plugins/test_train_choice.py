@@ -71,3 +71,23 @@ def test_option_and_results_checks():
     assert "gradient 0 differs" in same_results([np.ones(1), np.ones(3)], [np.ones(1), np.zeros(3)])
     m = attach(Model(0), choose("g", lambda: None, step_of, Model(0), False, "c")[1])
     assert m.aiacc_train_path == "g"
+
+
+def test_gradients_compare_by_relative_norm_and_the_loss_elementwise():
+    g = np.random.default_rng(0).standard_normal(100_000)
+    moved = g.copy()
+    moved[:2] = moved[1::-1]  # a gradient routed to the neighbour of a near-tie (max pool under a compiler)
+    assert np.abs(moved - g).max() > 1e-4 * np.abs(g).max()  # elementwise it differs; in norm it is noise
+    assert same_results([np.ones(1), g], [np.ones(1), moved]) == ""
+    assert "gradient 0 differs" in same_results([np.ones(1), g], [np.ones(1), g * 1.05])
+    assert "gradient 0 has shape" in same_results([np.ones(1), g], [np.ones(1), g[:10]])
+    assert "not finite" in same_results([np.ones(1), g], [np.ones(1), g * np.nan])
+    assert "the loss differs" in same_results([np.ones(1), g], [np.ones(1) * (1 + 1e-3), g])
+
+
+def test_the_fastest_of_several_is_chosen_and_the_warning_gives_every_time():
+    base = Model(0.02)
+    (chosen, choice), said = run(base, Model(0.01), more={"original": lambda: Model(0.002)})
+    assert choice.path == "original" and chosen.seconds == 0.002
+    assert set(choice.ms) == {"aiacc graph", "aiacc graph + the compiler", "original"}
+    assert len(said) == 1 and all(f"{k} {v:.1f} ms" in said[0] for k, v in choice.ms.items())

@@ -122,15 +122,17 @@ def export_training(graph: Graph, original: Any) -> Any:
         model._aiacc_step = step
     model.aiacc_graph = Untracked(graph)
     model._aiacc_variables = Untracked(variables)
+    model._aiacc_original = Untracked(original)  # a candidate step of choose_step (original_step)
     if plan is not None:
         model.aiacc_memory_plan = Untracked(plan)
     return model
 
 
 def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
-    """The exported model with its step compiled by XLA (jit_compile=True) when that trains faster on the
-    example inputs (framework_compile='auto': forward + GradientTape backward, measured interleaved; the
-    state the step assigns is put back after every measured step), with the choice attached."""
+    """The exported model with its step compiled by XLA (jit_compile=True), or replaced by the original
+    model's own forward under XLA (original_step), when that trains faster on the example inputs
+    (framework_compile='auto': forward + GradientTape backward, measured interleaved; the state the step
+    assigns is put back after every measured step), with the choice attached and noted in the report."""
     from aiacc.plugins.train_choice import TrainChoice, attach, choose
 
     tfm = tf()
@@ -157,11 +159,38 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
         return step
 
     base = model._aiacc_step
+    original = getattr(model, "_aiacc_original", None)
+    more = {} if original is None else {ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
                             base, setting, "XLA (jit_compile=True)",
-                            to_arrays=lambda r: [r[0].numpy()] + [g.numpy() for g in r[1] if g is not None])
+                            to_arrays=lambda r: [r[0].numpy()] + [g.numpy() for g in r[1] if g is not None],
+                            more=more)
     model._aiacc_step = chosen
+    report = getattr(model, "aiacc_report", None)
+    if report is not None and choice.ms:
+        report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
+                                   choice.reason])
     return attach(model, choice)
+
+
+# the candidate that runs the original model's own forward under XLA (aiacc_train_path names it)
+ORIGINAL_XLA = "original model in XLA (jit_compile=True)"
+
+
+def original_step(original: Any) -> Any:
+    """The original model's own training forward as the step (flat data inputs, as the exported step takes
+    them): a tf.function with jit_compile=True. Keras' BatchNormalization and dropout update the same
+    variables the exported step assigns; inside a caller's tf.function its Python body (the original's
+    call) is inlined as the exported step's is (call_step)."""
+    tfm = tf()
+    keras_model_ = _is_keras_model(original)
+
+    def step(*args):
+        if keras_model_:
+            return original(args[0] if len(args) == 1 else list(args), training=True)
+        return original(*args)
+
+    return tfm.function(step, jit_compile=True, reduce_retracing=True)
 
 
 def call_step(step: Any, *args: Any) -> Any:

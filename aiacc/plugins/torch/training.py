@@ -1,12 +1,19 @@
-"""mode="train" for PyTorch: aiacc's exported fx.GraphModule, or the same module under torch.compile when
-that measures faster at optimize time (aiacc.plugins.train_choice). Both share the original's parameters."""
+"""mode="train" for PyTorch: aiacc's exported fx.GraphModule, the same module under torch.compile, or a copy
+of the original module run eagerly, whichever measures fastest at optimize time (aiacc.plugins.train_choice).
+Each has its own parameters under the original's names, starting from the original's values."""
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import torch
 
 from aiacc.plugins.train_choice import TrainChoice, attach, choose
+
+# the candidates' names, as aiacc_train_path and the report give them
+GRAPH = "aiacc graph"
+COMPILED = "aiacc graph + torch.compile"
+ORIGINAL = "original module (eager)"
 
 
 def _loss(out: Any) -> torch.Tensor:
@@ -18,36 +25,59 @@ def _loss(out: Any) -> torch.Tensor:
 
 def _step_of(module: torch.nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:
     """One forward + backward (gradients through torch.autograd.grad, so no .grad is touched), with the
-    buffers (BatchNorm statistics) and the RNG put back afterwards."""
-    params = [p for p in module.parameters() if p.requires_grad]
+    buffers (BatchNorm statistics) and the RNG put back afterwards; returns (loss, {parameter name:
+    gradient}), the names without torch.compile's _orig_mod. prefix, so candidates compare by name."""
+    named = [(n.removeprefix("_orig_mod."), p) for n, p in module.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    buffers = list(module.buffers())
 
     def step():
-        saved = [b.detach().clone() for b in module.buffers()]
+        saved = [b.detach().clone() for b in buffers]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             loss = _loss(module(*args, **kwargs))
             grads = torch.autograd.grad(loss, params, allow_unused=True) if params and loss.requires_grad else ()
         with torch.no_grad():
-            for b, s in zip(module.buffers(), saved):
+            for b, s in zip(buffers, saved):
                 b.copy_(s)
-        return loss.detach(), grads
+        return loss.detach(), dict(zip([n for n, _ in named], grads))
     return step
 
 
-def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any) -> torch.nn.Module:
-    """`module` (aiacc's GraphModule) or torch.compile(module), whichever trains faster on the example
-    inputs (framework_compile='auto'), with the choice attached as aiacc_train_choice/aiacc_train_path."""
+def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any,
+                      original: torch.nn.Module | None = None) -> torch.nn.Module:
+    """`module` (aiacc's GraphModule), torch.compile(module) or a copy of `original` (the user's module, run
+    eagerly), whichever trains fastest on the example inputs (framework_compile='auto'), with the choice
+    attached as aiacc_train_choice/aiacc_train_path and noted in the pass report (every candidate's time)."""
     from aiacc.plugins.torch.importer import normalize_inputs
 
+    report = getattr(module, "aiacc_report", None)
     if example_inputs is None:
         if setting is True:
-            return attach(_compiled(module), TrainChoice("aiacc graph + torch.compile",
-                                                             reason="framework_compile=True"))
-        return attach(module, TrainChoice("aiacc graph", reason="no example inputs to measure on"))
+            return attach(_compiled(module), TrainChoice(COMPILED, reason="framework_compile=True"))
+        return attach(module, TrainChoice(GRAPH, reason="no example inputs to measure on"))
     args, kwargs = normalize_inputs(module, example_inputs)
-    chosen, choice = choose("aiacc graph", lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
-                            module, setting, "torch.compile", to_arrays=_arrays)
+    more = {} if original is None else {ORIGINAL: lambda: _copy(original, module)}
+    chosen, choice = choose(GRAPH, lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
+                            module, setting, "torch.compile", to_arrays=_arrays, more=more)
+    if report is not None and choice.ms:
+        report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
+                                   choice.reason])
     return attach(chosen, choice)
+
+
+def _copy(original: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
+    """The user's module as a candidate: a deep copy (its own parameters and buffers, the original's names
+    and values), so training the result leaves the original untouched as every other candidate does; its
+    trainable parameters must be named as aiacc's module's (gradients are compared by name)."""
+    m = copy.deepcopy(original)
+    m.train(original.training)
+    mine = {n for n, p in module.named_parameters() if p.requires_grad}
+    theirs = {n for n, p in m.named_parameters() if p.requires_grad}
+    if mine != theirs:
+        raise ValueError(f"its trainable parameters are not those of aiacc's module "
+                         f"(only in the original: {sorted(theirs - mine)[:3]}, only in aiacc's: {sorted(mine - theirs)[:3]})")
+    return m
 
 
 def _compiled(module: torch.nn.Module) -> torch.nn.Module:
@@ -58,5 +88,7 @@ def _compiled(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def _arrays(result: Any) -> list:
+    """The loss, then the gradients in parameter-name order (None gradients as zeros), as numpy."""
     loss, grads = result
-    return [loss.detach().cpu().numpy()] + [g.detach().cpu().numpy() for g in grads if g is not None]
+    return [loss.detach().cpu().numpy()] + [0.0 if grads[n] is None else grads[n].detach().cpu().numpy()
+                                            for n in sorted(grads)]

@@ -268,7 +268,61 @@ def test_xla_step_three_steps_match_and_choice_is_recorded():
     for v, a, b in zip(m.variables, want, got):
         assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
     auto = aiacc.optimize(cnn(seed=0), x, mode="train")
-    assert set(auto.aiacc_train_choice.ms) == {"aiacc graph", "aiacc graph + XLA (jit_compile=True)"}
+    assert set(auto.aiacc_train_choice.ms) == {"aiacc graph", "aiacc graph + XLA (jit_compile=True)",
+                                               "original model in XLA (jit_compile=True)"}
+    notes = auto.aiacc_report["train_step"].notes
+    assert notes[0] == f"runs: {auto.aiacc_train_path}" and len(notes) == 5
+
+
+def test_the_original_in_xla_runs_when_it_measures_fastest_and_trains_the_same(monkeypatch):
+    """aiacc's step made slow and its XLA form refused: the step runs the original's own forward under XLA
+    (never slower than plain XLA by choice), says so with the times, and trains (BatchNorm) as the original
+    does, on the original's variables, eagerly and inside a caller's tf.function. (With dropout on, XLA draws
+    other masks than TF's kernels, so an XLA candidate's loss differs and it is left out, warned.)"""
+    import time
+    import warnings
+
+    from aiacc.plugins import train_choice
+
+    real = train_choice.choose
+
+    def slow_base(base, make, step_of, base_model, *args, **kw):
+        def refuse():
+            raise RuntimeError("XLA refused the graph")
+
+        def timed(m):
+            step = step_of(m)
+            return (lambda: (time.sleep(0.05), step())[1]) if m is base_model else step
+        return real(base, refuse, timed, base_model, *args, **kw)
+
+    monkeypatch.setattr(train_choice, "choose", slow_base)
+    x, y = data()
+    for wrap in (False, True):
+        want = train_steps(cnn(seed=3), 3, x, y)
+        m = cnn(seed=3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fast = aiacc.optimize(m, x, mode="train")
+        assert fast.aiacc_train_path == "original model in XLA (jit_compile=True)", fast.aiacc_train_choice.summary()
+        assert "aiacc graph + XLA (jit_compile=True) failed" in fast.aiacc_train_choice.reason
+        assert any("runs the step as original model in XLA" in str(w.message) for w in caught)
+        got = train_steps(fast, 3, x, y) if not wrap else None
+        if wrap:  # a caller's tf.function: the original's call is inlined into it
+            opt = keras.optimizers.SGD(0.1, momentum=0.9)
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+            @tf.function
+            def step(a, b):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(b, fast(a, training=True))
+                grads = tape.gradient(loss, fast.trainable_variables)
+                opt.apply_gradients(zip(grads, fast.trainable_variables))
+
+            for _ in range(3):
+                step(tf.constant(x), tf.constant(y))
+            got = [v.numpy() for v in m.variables]
+        for v, a, b in zip(m.variables, want, got):
+            assert close(a, b), (wrap, v.path, float(np.max(np.abs(a - b))))
 
 
 def test_conv_bias_and_activation_fusion_is_kept_in_training():

@@ -1,7 +1,8 @@
 """torch mode="train": the optimized module (its own parameters, under the original's names, starting from
 the original's values) trained with an optimizer over its parameters: one and three optimizer steps end
 with the same parameters and BatchNorm statistics as the original trained alike, whether the step runs on
-aiacc's exported graph or (framework_compile=True) under torch.compile; the measured choice is recorded."""
+aiacc's exported graph, (framework_compile=True) under torch.compile, or on a copy of the original module
+(chosen when it measures fastest); the measured choice is recorded, warned and in the report."""
 import warnings
 
 import numpy as np
@@ -97,14 +98,58 @@ def test_auto_measures_both_candidates_and_keeps_the_original_untouched():
         warnings.simplefilter("always")
         fast = aiacc.optimize(m, (x,), mode="train")
     choice = fast.aiacc_train_choice
-    assert set(choice.ms) == {"aiacc graph", "aiacc graph + torch.compile"}
+    assert set(choice.ms) == {"aiacc graph", "aiacc graph + torch.compile", "original module (eager)"}
     assert choice.path in choice.ms and choice.reason
     said = [str(w.message) for w in caught if "runs the step as" in str(w.message)]
-    assert bool(said) == (choice.path == "aiacc graph + torch.compile")
+    assert bool(said) == (choice.path != "aiacc graph")
+    for text in said:  # the warning gives every candidate's measured time
+        assert all(f"{k} {v:.1f} ms" in text for k, v in choice.ms.items())
+    notes = fast.aiacc_report["train_step"].notes
+    assert notes[0] == f"runs: {choice.path}" and all(any(n.startswith(k) for n in notes) for k in choice.ms)
     # measuring ran steps, but parameters, BatchNorm statistics and gradients are as they were
     got = {k.removeprefix("_orig_mod."): v for k, v in state(fast).items()}
     assert_same(before, {k: got[k] for k in before}, tol=0)
     assert all(p.grad is None for p in fast.parameters())
+
+
+def test_the_original_module_runs_when_it_measures_fastest_and_trains_the_same(monkeypatch):
+    """aiacc's graph made slow and the compiler refusing: the step runs a copy of the original module
+    (never slower than eager by choice), says so with the times, and trains as the original does."""
+    import time
+
+    from aiacc.plugins.torch import training
+
+    real = training._step_of
+
+    def step_of(module, args, kwargs):
+        step = real(module, args, kwargs)
+        if isinstance(module, torch.fx.GraphModule):
+            return lambda: (time.sleep(0.03), step())[1]
+        return step
+
+    def refuse(module):
+        raise RuntimeError("compiler refused the graph")
+
+    monkeypatch.setattr(training, "_step_of", step_of)
+    monkeypatch.setattr(training, "_compiled", refuse)
+    x, y = data()
+    m = net()
+    before = state(m)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = aiacc.optimize(m, (x,), mode="train")
+    said = [str(w.message) for w in caught]
+    choice = fast.aiacc_train_choice
+    assert fast.aiacc_train_path == "original module (eager)" and type(fast) is Net and fast is not m
+    assert choice.ms["aiacc graph"] > choice.ms["original module (eager)"]
+    assert "aiacc graph + torch.compile failed" in choice.reason
+    assert any("runs the step as original module (eager)" in s and "aiacc graph " in s for s in said)
+    assert fast.aiacc_report["train_step"].notes[0] == "runs: original module (eager)"
+    ref = net()
+    train(ref, ref.parameters(), 3, x, y)
+    train(fast, fast.parameters(), 3, x, y)
+    assert_same(state(ref), state(fast))
+    assert_same(before, state(m), tol=0)  # the user's module is not the one trained
 
 
 def test_bad_framework_compile_value_is_refused():
