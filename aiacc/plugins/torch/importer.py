@@ -191,7 +191,8 @@ def describe_args(args: tuple, kwargs: dict) -> str:
 class Importer:
     """One translation of a module. `mode` is "inference" or "train"."""
 
-    def __init__(self, model: nn.Module, example_inputs: Any, mode: str):
+    def __init__(self, model: nn.Module, example_inputs: Any, mode: str, frontend: str = "fx",
+                 decompose: set | None = None):
         if not isinstance(model, nn.Module):
             raise UnsupportedError(f"the torch plugin translates torch.nn.Module objects, not "
                                    f"{type(model).__module__}.{type(model).__name__}")
@@ -209,6 +210,9 @@ class Importer:
         self._const_count = 0
         self.current: fx.Node | None = None
         self.opaque_reasons: dict[str, str] = {}
+        # "fx" (torch.fx symbolic tracing, _fx.py) or "export" (torch.export, export_frontend.py; `decompose`:
+        # aten ops to replace by PyTorch's decompositions first)
+        self.frontend, self.decompose = frontend, decompose
 
     # -- the driver ----------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -228,7 +232,13 @@ class Importer:
         self.param_order = list(sig.parameters)
         concrete = {k: v for k, v in bound.arguments.items()
                     if not _has_tensor(v) and k not in self.var_kinds and k in given}
-        gm, forced = trace_module(self.model, concrete or None, tuple(LEAF_MODULES), dict(bound.arguments), given)
+        if self.frontend == "export":
+            from aiacc.plugins.torch.export_frontend import capture
+
+            gm, forced = capture(self.model, dict(bound.arguments), given, self.decompose), {}
+        else:
+            gm, forced = trace_module(self.model, concrete or None, tuple(LEAF_MODULES), dict(bound.arguments),
+                                      given)
         self.gm = gm
         self.prefix = "model." if "" in forced else ""  # the whole model was wrapped (see _fx.trace_module)
         for name, why in forced.items():
@@ -589,8 +599,14 @@ def _is_param(gm: nn.Module, qualname: str) -> bool:
         return False
 
 
-def trace(model: nn.Module, example_inputs: Any, mode: str | None = None) -> Graph:
-    """Translate `model` into an IR graph. mode: "inference", "train", or None to follow model.training."""
+def trace(model: nn.Module, example_inputs: Any, mode: str | None = None, frontend: str = "auto") -> Graph:
+    """Translate `model` into an IR graph. mode: "inference", "train", or None to follow model.training;
+    frontend: "auto", "export" (torch.export) or "fx" (torch.fx), chosen per model as
+    export_frontend.translate says."""
     if isinstance(model, nn.Module) and mode is None:
         mode = "train" if model.training else "inference"
-    return Importer(model, example_inputs, mode or "inference").run()
+    if not isinstance(model, nn.Module):
+        return Importer(model, example_inputs, mode or "inference").run()  # its error names the type
+    from aiacc.plugins.torch.export_frontend import translate
+
+    return translate(model, example_inputs, mode or "inference", frontend)

@@ -42,7 +42,9 @@ class TorchPlugin(Plugin):
     modes = ("inference", "train")
     options = {"memory_budget": "bytes of activations to keep in mode='train' (recomputation plans the rest)",
                "framework_compile": "mode='train': 'auto' measures the step with and without torch.compile and "
-                                    "keeps the faster; True always compiles; False never"}
+                                    "keeps the faster; True always compiles; False never",
+               "frontend": "'auto' (torch.fx where it translates the whole model, else torch.export), 'export' "
+                           "(torch.export, inference) or 'fx' (torch.fx symbolic tracing)"}
 
     checks_batch = True
 
@@ -77,15 +79,18 @@ class TorchPlugin(Plugin):
     def trace(self, model: Any, example_inputs: Any = None, mode: str | None = None, **options: Any) -> Graph:
         """torch.nn.Module -> IR graph (inference, or training semantics with mode='train')."""
         _check_module(model, "translates")
-        with aiacc_errors(f"aiacc.trace of {type(model).__name__}"):
-            return self._trace(model, example_inputs, mode)
+        from aiacc.plugins.torch.export_frontend import check_frontend
 
-    def _trace(self, model: Any, example_inputs: Any, mode: str | None) -> Graph:
+        frontend = check_frontend(options.get("frontend", "auto"))
+        with aiacc_errors(f"aiacc.trace of {type(model).__name__}"):
+            return self._trace(model, example_inputs, mode, frontend)
+
+    def _trace(self, model: Any, example_inputs: Any, mode: str | None, frontend: str = "auto") -> Graph:
         from aiacc.plugins.torch import import_ops  # noqa: F401  (fills the importer's op tables)
-        from aiacc.plugins.torch.importer import Importer
+        from aiacc.plugins.torch.importer import trace
 
         mode = normalize_mode(mode, model)
-        graph = Importer(model, example_inputs, "train" if mode == "training" else "inference").run()
+        graph = trace(model, example_inputs, "train" if mode == "training" else "inference", frontend)
         if mode == "training":
             state = graph.meta["torch.state"]
             arrays = {}
@@ -214,6 +219,10 @@ class TorchPlugin(Plugin):
         as_eval = options["mode"] == "inference" and model.training
         with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"), _eval_for_inference(model, options["mode"]):
             out = super().optimize(model, example_inputs, **options)
+            if example_inputs is not None and hasattr(out, "register_forward_pre_hook"):
+                from aiacc.plugins.torch.export_frontend import ArgumentGuard  # untraced keywords: an error
+
+                out.register_forward_pre_hook(ArgumentGuard(model, example_inputs), with_kwargs=True)
             notes = getattr(out, "aiacc_fused_elementwise", None)
             report = getattr(out, "aiacc_report", None)
             if as_eval and report is not None:  # the semantics the result has, next to its batch behaviour
