@@ -243,7 +243,8 @@ class TorchPlugin(Plugin):
                 # recomputation under a budget is planned for eager execution, and a mode inferred from
                 # model.training is not a request to train faster: there 'auto' does not try the compiler
                 auto_off = compile_setting == "auto" and (budget is not None or not explicit)
-                out = choose_train_step(out, example_inputs, False if auto_off else compile_setting)
+                out = choose_train_step(out, example_inputs, False if auto_off else compile_setting,
+                                        original=model)
                 for name, value in (("aiacc_report", report), ("aiacc_memory_plan", plan)):
                     if value is not None:
                         setattr(out, name, value)
