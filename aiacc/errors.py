@@ -55,6 +55,11 @@ class AiaccWarning(UserWarning, RuntimeWarning):
     warnings had before they had their own."""
 
 
+class AiaccNotice(UserWarning):
+    """aiacc chose between ways of doing what was asked (e.g. which measured training step runs) and says
+    which: not a fallback, so it is no AiaccWarning and strict=True accepts it."""
+
+
 # --------------------------------------------------------------------------------------------- fallbacks
 # One optimize call collects its fallbacks here: each cause is warned once and ends up in the pass report.
 _SCOPE: contextvars.ContextVar[Fallbacks | None] = contextvars.ContextVar("aiacc_fallbacks", default=None)

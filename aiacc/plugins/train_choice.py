@@ -8,7 +8,7 @@ the candidates it measured.
 Every plugin passes its candidates here; this module imports no framework. The option that steers it is
 `framework_compile`: "auto" (measure, the default), True (use the framework's compiler without measuring),
 False (never). The result (`TrainChoice`) is attached to the returned model as `aiacc_train_choice`, its
-`path` as `aiacc_train_path`, and a choice other than aiacc's own graph is warned (AiaccWarning) with every
+`path` as `aiacc_train_path`, and a choice other than aiacc's own graph is said (AiaccNotice: not a fallback) with every
 candidate's measured time, so the user knows what the step runs through.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aiacc.errors import AiaccWarning, OptionError
+from aiacc.errors import AiaccNotice, OptionError
 
 OPTION_DOC = ("mode='train': 'auto' measures aiacc's step with and without the framework's compiler (and the "
               "original model's own step) and keeps the fastest; True always uses the compiler; False never")
@@ -116,7 +116,7 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
         except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves the others
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({type(e).__name__}: {first})",
-                          AiaccWarning, stacklevel=3)
+                          AiaccNotice, stacklevel=3)
             reasons.append(f"{name} failed: {type(e).__name__}: {first}")
             continue
         models[name], steps[name] = model, step
@@ -132,7 +132,7 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
     best = min(ms, key=ms.get)
     if best != base and ms[best] < MARGIN * ms[base]:
         warnings.warn(f"aiacc: mode='train' runs the step as {best}: measured fastest ({listing}, median of "
-                      f"{rounds} steps each; framework_compile=False opts out)", AiaccWarning, stacklevel=3)
+                      f"{rounds} steps each; framework_compile=False opts out)", AiaccNotice, stacklevel=3)
         return models[best], TrainChoice(best, ms, "; ".join(reasons + [
             f"measured faster by {ms[base] / ms[best]:.2f}x than aiacc's own step, so aiacc runs it"]))
     others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != base)

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from aiacc.errors import AiaccWarning, OptionError
+from aiacc.errors import AiaccNotice, OptionError
 from aiacc.plugins.train_choice import attach, choose, option, same_results
 
 
@@ -30,7 +30,7 @@ def run(base, compiled, setting="auto", more=None):
         warnings.simplefilter("always")
         out = choose("aiacc graph", lambda: compiled, step_of, base, setting, "the compiler", rounds=3,
                      to_arrays=lambda r: r, more=more)
-    return out, [str(w.message) for w in caught if issubclass(w.category, AiaccWarning)]
+    return out, [str(w.message) for w in caught if issubclass(w.category, AiaccNotice)]
 
 
 def test_a_clearly_faster_compiled_step_is_chosen_and_said():

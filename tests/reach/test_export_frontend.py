@@ -18,18 +18,9 @@ from torch.utils import _pytree as pytree
 import aiacc
 from aiacc.errors import AiaccWarning, FallbackError, OptionError, UnsupportedError
 from tests.reach import _models as M
+from tests.reach.test_reach import needs_hf, needs_timm
 
 
-def _library(loader):
-    try:
-        loader()
-        return True
-    except Exception:  # noqa: BLE001 - missing or not importable here: those cases skip
-        return False
-
-
-needs_hf = pytest.mark.skipif(not _library(M.transformers), reason="transformers is not installed")
-needs_timm = pytest.mark.skipif(not _library(M.timm), reason="timm is not installed")
 FULL = os.environ.get("AIACC_REACH_FULL", "") not in ("", "0")
 
 
