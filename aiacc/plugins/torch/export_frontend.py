@@ -429,12 +429,10 @@ class ArgumentGuard:
             given = set(sig.bind(*args, **kwargs).arguments)
         except TypeError:
             given = set(kwargs)
-        var_kw = {p.name for p in sig.parameters.values() if p.kind == p.VAR_KEYWORD}
         self.name = type(model).__name__
         self.given = given | set(kwargs)
         self.defaults = {p.name: p.default for p in sig.parameters.values()
                          if p.default is not p.empty and p.name not in given}
-        self.var_kw = var_kw
 
     def __call__(self, module: Any, args: Any, kwargs: Any) -> Any:
         from aiacc.errors import UnsupportedError as Unsupported
