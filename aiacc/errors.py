@@ -60,6 +60,21 @@ class AiaccNotice(UserWarning):
     which: not a fallback, so it is no AiaccWarning and strict=True accepts it."""
 
 
+def first_line(e: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message, cut to `limit` characters (with '...'), or its type name when
+    the message is empty: what a one-line aiacc error quotes of a library's long, multi-line one."""
+    text = str(e).strip()
+    if not text:
+        return type(e).__name__
+    line = text.splitlines()[0].rstrip()
+    return line[:limit] + "..." if limit is not None and len(line) > limit else line
+
+
+def describe(e: BaseException, limit: int | None = None) -> str:
+    """'TypeName: first line of the message' (just the type name when the message is empty)."""
+    return f"{type(e).__name__}: {first_line(e, limit)}" if str(e).strip() else type(e).__name__
+
+
 # --------------------------------------------------------------------------------------------- fallbacks
 # One optimize call collects its fallbacks here: each cause is warned once and ends up in the pass report.
 _SCOPE: contextvars.ContextVar[Fallbacks | None] = contextvars.ContextVar("aiacc_fallbacks", default=None)

@@ -28,7 +28,7 @@ import numpy as np
 
 from aiacc.core.compare import compare_outputs
 from aiacc.core.ir import Graph
-from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks, fallback
+from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks, describe, fallback
 
 BACKENDS = ("native", "onnxruntime", "aiacc")
 
@@ -256,8 +256,7 @@ class Plugin:
             problem = self.batch_precheck(out, bigger, expected) or compare_outputs(
                 expected, self.run(out, bigger), self.rtol, self.atol)
         except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            problem = f"{type(e).__name__}: {first[:160] + '...' if len(first) > 160 else first}"
+            problem = describe(e, 160)
         if not problem:
             return [f"batch: traced at {batch}, runs at other sizes (checked at batch {n}: same outputs)"]
         why = f"the optimized model was specialized to batch {batch} (at batch {n}: {problem})"

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import KernelError, VerificationError, fallback
+from aiacc.errors import KernelError, VerificationError, describe, fallback
 from aiacc.plugins.base import FileReport
 from aiacc.plugins.mxnet.model import params_path_for, read_model  # noqa: F401  (params_path_for: the tests' name)
 
@@ -159,7 +159,7 @@ def _batch_claim(path: str, ref: Any, new: Any, feeds: list, plugin: Any, sym: A
             compare_outputs(expected, _flatten_outputs_of(new, [mx.nd.array(a) for a in bigger]),
                             plugin.rtol, plugin.atol)
     except Exception as e:  # noqa: BLE001 - the written model fails at the other size
-        problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+        problem = describe(e, 160)
     if not problem:
         return f"; runs at other batch sizes (checked at batch {n}: same outputs)"
     fallback(f"batch:{path}", f"{path}: the optimized model holds only at batch {batch}, the size it was optimized "

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from aiacc.errors import first_line
 from aiacc.plugins.base import BatchGuard
 
 
@@ -69,7 +70,7 @@ def symbol_misfit(sym: Any, shapes: dict, expected: list | None = None) -> str:
     try:
         _, outs, _ = sym.infer_shape_partial(**shapes)
     except mx.base.MXNetError as e:
-        return f"MXNet cannot infer its shapes there: {str(e).strip().splitlines()[0][:160]}"
+        return f"MXNet cannot infer its shapes there: {first_line(e, 160)}"
     if expected is not None:
         for i, (got, want) in enumerate(zip(outs, expected)):
             if got and tuple(got) != tuple(want):

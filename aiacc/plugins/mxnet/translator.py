@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aiacc.core.ir import Graph, TensorType
-from aiacc.errors import KernelError, ShapeError, UnsupportedError
+from aiacc.errors import KernelError, ShapeError, UnsupportedError, describe
 from aiacc.plugins.base import Plugin, to_numpy_list
 from aiacc.plugins.mxnet import export_ops, import_ops  # noqa: F401  (fill the op tables; no mxnet import)
 from aiacc.plugins.mxnet._import import import_mxnet
@@ -157,7 +157,7 @@ def _from_block(mx, block, example_inputs) -> tuple[MXNetModel, list[str]]:
         out = block(*[mx.sym.var(n).as_np_ndarray() if np_mode else mx.sym.var(n) for n in names])
     except Exception as e:  # noqa: BLE001 - user code: e.g. a hybrid_forward that reads x.shape
         raise UnsupportedError(f"{type(block).__name__} cannot be called on MXNet Symbols, so aiacc cannot "
-                               f"trace it ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                               f"trace it ({describe(e)}); "
                                f"its hybrid_forward must use only F.* operators") from None
     out_format = None
     if isinstance(out, (list, tuple)):

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, UnsupportedError, VerificationError, fallback
+from aiacc.errors import AiaccError, UnsupportedError, VerificationError, fallback, first_line
 from aiacc.plugins.base import FileReport
 
 RTOL, ATOL = 1e-4, 1e-5  # as the plugins' verify
@@ -106,6 +106,5 @@ def _run_both(original: Graph, optimized: Graph, feeds: dict) -> tuple[list, lis
     except AiaccError as e:
         raise AiaccError(f"the reference executor cannot run it ({why}) and neither can onnxruntime ({e})") from e
     except Exception as e:  # noqa: BLE001 - onnxruntime's own error: the graph cannot be checked this way
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise AiaccError(f"the reference executor cannot run it ({why}) and neither can onnxruntime "
-                         f"({first})") from e
+                         f"({first_line(e)})") from e

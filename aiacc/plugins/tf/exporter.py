@@ -22,7 +22,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, Node, Value, const_value
 from aiacc.core.translate import OpTable, decompose_fused
-from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError, first_line
 from aiacc.plugins.tf._tf import tf
 
 TO_NCHW = (0, 3, 1, 2)
@@ -108,8 +108,7 @@ def export_graph(graph: Graph, original: Any = None) -> Any:
     except AiaccError:
         raise
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported graph: {first}") from e
+        raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported graph: {first_line(e)}") from e
     return module
 
 

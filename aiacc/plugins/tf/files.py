@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import ParseError, UnsupportedError
+from aiacc.errors import ParseError, UnsupportedError, first_line
 from aiacc.plugins.base import FileReport
 from aiacc.plugins.tf._tf import tf
 
@@ -31,14 +31,14 @@ def load_model(path: str) -> Any:
         try:
             return keras.saving.load_model(path, compile=False)
         except Exception as e:  # a broken zip, a missing custom object...
-            raise ParseError(f"{path}: cannot load the Keras file: {str(e).strip().splitlines()[0]}") from e
+            raise ParseError(f"{path}: cannot load the Keras file: {first_line(e)}") from e
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "saved_model.pb")):
             raise ParseError(f"{path}: a directory without saved_model.pb is not a SavedModel")
         try:
             loaded = tfm.saved_model.load(path)
         except Exception as e:
-            raise ParseError(f"{path}: cannot load the SavedModel: {str(e).strip().splitlines()[0]}") from e
+            raise ParseError(f"{path}: cannot load the SavedModel: {first_line(e)}") from e
         call = getattr(loaded, "__call__", None)
         if call is not None and getattr(call, "input_signature", None) is not None:
             return loaded

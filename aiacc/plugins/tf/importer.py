@@ -36,9 +36,9 @@ import numpy as np
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
-from aiacc.errors import ShapeError, UnsupportedError, fallback
+from aiacc.errors import ShapeError, UnsupportedError, describe, fallback, first_line
 from aiacc.plugins.tf._tf import SUPPORTED_DTYPES, np_dtype_name, tf, tf_shape
-from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, first_line, main_op, region_graph_def,
+from aiacc.plugins.tf.regions import (contract, eager_kernel, encode, find_regions, main_op, region_graph_def,
                                       region_kernel, topo_order)
 
 TO_NCHW = (0, 3, 1, 2)
@@ -449,8 +449,8 @@ class GraphImporter:
                                            include_library_functions=True)
         except Exception as e:  # noqa: BLE001 - a body TF itself cannot rebuild outside its graph
             fallback(f"tf.call:{name}", f"{call.type} {call.name} (function {name}) is kept as an opaque TF "
-                     f"region: TF cannot rebuild its body outside its graph ({type(e).__name__}: "
-                     f"{str(e).splitlines()[0] if str(e) else ''})")
+                     f"region: TF cannot rebuild its body outside its graph "
+                     f"({describe(e)})")
             return None
         child = GraphImporter.__new__(GraphImporter)
         child.__dict__.update(self.__dict__)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Callable, Iterable
 
-from aiacc.errors import KernelError, UnsupportedError
+from aiacc.errors import KernelError, UnsupportedError, first_line
 from aiacc.plugins.tf._tf import tf
 
 HANDLE_DTYPES = {"variant", "resource"}
@@ -329,11 +329,6 @@ def eager_kernel(build: Callable[[list], list], what: str) -> Callable:
         return [o.numpy() for o in outs]
 
     return kernel
-
-
-def first_line(e: Exception) -> str:
-    """The first line of an exception's message (its type name when the message is empty)."""
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def main_op(region: list):

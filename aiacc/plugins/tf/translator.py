@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError
+from aiacc.errors import AiaccError, KernelError, ShapeError, UnsupportedError, first_line
 from aiacc.plugins.base import Plugin, to_numpy_list
 from aiacc.plugins.tf import export_ops, import_ops  # noqa: F401  (fill the op tables; no TensorFlow import)
 from aiacc.plugins.tf._tf import tf
@@ -93,8 +93,7 @@ class TFPlugin(Plugin):
         except AiaccError:
             raise
         except Exception as e:  # a TF runtime error in the model (original or optimized)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise KernelError(f"running {type(model).__name__} on the example inputs failed: {first}") from e
+            raise KernelError(f"running {type(model).__name__} on the example inputs failed: {first_line(e)}") from e
 
     def optimize(self, model: Any, example_inputs: Any = None, **options: Any) -> Any:
         """aiacc.optimize for TF; with mode="train" the outputs compared before and after are one training
