@@ -23,6 +23,12 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
     aiacc per-layer   (--per-layer) per-layer waits whatever the prediction (overlap_forward=True)
 
 Each candidate runs `--block` consecutive steps per round, timed up to the end of its deferred work.
+The predicted step and the lower bound are those of such a block (per step): with per-layer waits its
+first forward overlaps nothing and its last update waits for every all-reduce, so a block of n steps is
+n - 1 steady iterations and one of a step-synchronized one (aiacc.core.comm.lower_bound's sync="step"),
+for the simulator and for the bound of any plan alike. With --block >= 3 the "steady" columns also give
+the start-to-start time of a block's steps after its first (what long training runs at) against the
+simulator's steady iteration and the bound of one.
 
 Columns: buckets of the candidate's plan; median step; throughput relative to DDP 25 MB; scaling efficiency;
 the simulator's predicted step for the candidate's plan on the same measured costs (per-layer compute from
@@ -69,6 +75,7 @@ MODELS = ("resnet", "bert")  # and "tiny" (the CI smoke's)
 SWEEP_MB = (1, 5, 50)
 LOCAL = "1 rank, no comm"
 SLOWEST = "slowest rank, no comm"  # LOCAL's steps timed to a barrier after them (not a candidate)
+STEADY = "steady: "  # + label: start-to-start time of a block's steps after its first (--block >= 3)
 
 
 # -- the rank's side ---------------------------------------------------------------------------------
@@ -309,11 +316,15 @@ def interleave(cands: dict, rounds: int, warmup: int, block: int) -> dict[str, l
             step, finish = cands[n][1], (cands[n][4] if len(cands[n]) > 4 else None)
             dist.barrier()
             t0 = time.perf_counter()
+            starts = []
             for _ in range(block):
+                starts.append(time.perf_counter())
                 step()
             if finish:
                 finish()
             dt = (time.perf_counter() - t0) / block
+            if block >= 3 and i >= warmup:  # the steady state: from the 2nd step's start to the last's
+                times.setdefault(STEADY + n, []).append((starts[-1] - starts[1]) / (block - 2))
             if n == LOCAL:  # the same steps, up to when the slowest rank has done them (the compute that a
                 dist.barrier()  # job coupled by its all-reduces runs at, whatever loads one rank's core)
                 slowest = (time.perf_counter() - t0) / block
@@ -419,7 +430,7 @@ def wire_profile(cands: dict, labels: list[str], steps: int, rate_bits: float | 
 
 def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
            block: int, save_params: str | None = None, timeline_steps: int = 0, rate: str | None = None,
-           per_layer: bool = False, f64: bool = False) -> None:
+           per_layer: bool = False, f64: bool = False, calibration_reps: int = 5) -> None:
     import torch
     import torch.distributed as dist
 
@@ -430,7 +441,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     torch.set_num_threads(1)
     hvd.init()
     rank, world = hvd.rank(), hvd.size()
-    cluster = planning.calibrate()
+    cluster = planning.calibrate(reps=calibration_reps)
     costs = {c: CostModel(cluster, compression=c) for c in ("none", "fp16")}  # fp16: its own samples
     report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
               "samples_fp16": planning.measurements("float16"), "models": {}}
@@ -467,20 +478,40 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         spec = ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s * scale, l.backward_s * scale, l.grads)
                                           for l in spec.layers))
         rows = {}
+        bounds = {c: (lower_bound(spec, cluster, costs[c], c), lower_bound(spec, cluster, costs[c], c, sync="step"))
+                  for c in ("none", "fp16")}
         for label, (m, _, plan, compression, *_) in cands.items():
+            steady = {}
             if plan is None:
                 pred = lb = local_s
             else:
                 sync = plan.params.get("sync", "step") if label.startswith("aiacc") else "step"
                 if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
                     plan = after_backward_plan(plan, spec)
-                pred = simulate(spec, cluster, plan, costs[compression], validate=False, sync=sync).iteration_s
-                lb = lower_bound(spec, cluster, costs[compression], compression)
+                # what is measured is a block of `block` steps up to the end of its last update: with
+                # per-layer waits the first forward overlaps nothing and the last update waits for every
+                # all-reduce, so the block is (block - 1) steady iterations and one of sync "step"
+                # (simulate's iteration: backward start to the next forward's end); the lower bound of any
+                # plan likewise (lower_bound's docstring)
+                sim = simulate(spec, cluster, plan, costs[compression], validate=False, sync=sync)
+                it = sim.iteration_s
+                it_step = it if sync == "step" else simulate(spec, cluster, plan, costs[compression],
+                                                             validate=False, sync="step").iteration_s
+                lb_layer, lb_step = bounds[compression]
+                pred = ((block - 1) * it + it_step) / block
+                lb = ((block - 1) * lb_layer + lb_step) / block
+                steady = {"predicted_steady": it, "lower_bound_steady": lb_layer,
+                          # the simulated steady iteration's all-reduces (start, end, bytes, first tensors), for
+                          # comparison with --timeline-steps' measured ones
+                          "sim_network": [(e.start, e.end, e.args["bytes"], e.args["tensors"][:3])
+                                          for e in sim.events if e.lane == "network"]}
+                if STEADY + label in times:
+                    steady["times_steady"] = times[STEADY + label]
             diff = max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters())
             if ref64 is not None and label != LOCAL:  # (LOCAL trains on one rank's data)
                 report["f64"][name][label] = max(float((p.detach().double() - ref64[n]).abs().max())
                                                  for n, p in m.named_parameters())
-            rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff,
+            rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff, **steady,
                            "buckets": len(plan.buckets) if plan is not None else 0,
                            "sync": plan.params.get("sync") if plan is not None else None,
                            "notes": plan.notes if plan is not None else ""}
@@ -512,20 +543,30 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
              block: int, timeout: float, nodes: int = 2, timeline_steps: int = 0, per_layer: bool = False,
-             f64: bool = False) -> dict:
+             f64: bool = False, calibration_reps: int = 5) -> dict:
     """One testbed of `nodes` nodes at `rate`, the worker on each node (pinned to its own core, cycling
     over the cores when there are more nodes than cores); rank 0's report."""
     from benchmarks.testbed_report import run_workers
 
     return run_workers(__file__, ["--models", ",".join(models), "--steps", str(steps), "--warmup", str(warmup),
                                   "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
-                                  "--block", str(block), "--timeline-steps", str(timeline_steps), "--rates", rate]
+                                  "--block", str(block), "--timeline-steps", str(timeline_steps), "--rates", rate,
+                                  "--calibration-reps", str(calibration_reps)]
                        + (["--per-layer"] if per_layer else []) + (["--f64-check"] if f64 else []),
                        rate=rate, nodes=nodes, timeout=timeout)
 
 
 ORDER = ("1 rank, no comm", "after backward", "DDP 25 MB", "DDP best", "Horovod 64 MB", "DDP fp16 hook",
          "aiacc step-sync", "aiacc fp16", "aiacc")
+
+
+def steady_cells(r: dict) -> tuple[str, str, str]:
+    """(steady ms, its pred/meas, its meas/LB) of a row: the median start-to-start time of a block's steps
+    after its first (--block >= 3) against the simulator's steady iteration and the bound of one."""
+    if not r.get("times_steady"):
+        return "", "", ""
+    med = statistics.median(r["times_steady"])
+    return f"{med * 1e3:.0f}", f"{r['predicted_steady'] / med:.2f}", f"{med / r['lower_bound_steady']:.2f}"
 
 
 def table(reports: dict[str, dict]):
@@ -538,7 +579,8 @@ def table(reports: dict[str, dict]):
                     + ("each node on its own core" if nodes <= cores else f"{nodes} ranks on {cores} cores: oversubscribed")
                     + "), medians of interleaved steps")
     for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
-                "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "max |param - DDP|"):
+                "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "steady ms", "steady pred/meas",
+                "steady/LB", "max |param - DDP|"):
         t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
     for rate, rep in reports.items():
         for name, m in rep["models"].items():
@@ -555,7 +597,7 @@ def table(reports: dict[str, dict]):
                           if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
                           f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
-                          f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
+                          f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}", *steady_cells(r),
                           "" if label.startswith("1 rank") else f"{r['param_diff']:.1e}")
             t.add_section()
     return t
@@ -582,6 +624,8 @@ def main() -> None:
     ap.add_argument("--f64-check", action="store_true", help="each candidate's largest parameter difference "
                     "from a float64 reference of the same training (and that of the same computation in float32 "
                     "on one process): is a difference between candidates rounding?")
+    ap.add_argument("--calibration-reps", type=int, default=5, help="timed batches per all-reduce size when "
+                    "calibrating the network (aiacc.distributed.planning.calibrate)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--save-params", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -591,7 +635,7 @@ def main() -> None:
         args.rates, args.steps, args.warmup, sweep, args.profile_reps, args.block = "1gbit", 2, 1, (), 2, 1
     if args.worker:
         worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params,
-               args.timeline_steps, args.rates, args.per_layer, args.f64_check)
+               args.timeline_steps, args.rates, args.per_layer, args.f64_check, args.calibration_reps)
         return
     from rich.console import Console
 
@@ -608,7 +652,8 @@ def main() -> None:
         t0 = time.monotonic()
         reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, args.block,
                                  timeout=1800, nodes=args.nodes, timeline_steps=args.timeline_steps,
-                                 per_layer=args.per_layer, f64=args.f64_check)
+                                 per_layer=args.per_layer, f64=args.f64_check,
+                                 calibration_reps=args.calibration_reps)
         c = reports[rate]["cluster"]
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "

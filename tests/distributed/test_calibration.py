@@ -34,35 +34,14 @@ def test_cluster_from_fit_reproduces_the_measured_ring(world, nodes):
     assert CostModel(c).time(1 << 24) <= lat + coef * (1 << 24) + 1e-12  # "auto" never costs more than the ring
 
 
-WORKER = """
-import json, sys
-import aiacc.plugins.torch.horovod as hvd
-from aiacc.distributed import planning
-hvd.init()
-c = planning.calibrate()
-if hvd.rank() == 0:
-    print("CAL", json.dumps({"cluster": c.__dict__, "samples": planning.measurements()}))
-hvd.shutdown()
-"""
+def test_calibration_on_two_testbed_nodes_is_a_two_node_cluster(two_node_job):
+    """A real calibration (2 timed batches per size) on 2 testbed nodes at 1 Gbit/s, one rank each: the job
+    of tests/distributed/conftest.py, which runs it after the fp16 wire test's all-reduces."""
+    from aiacc.distributed import testbed
 
-
-def test_calibration_on_two_testbed_nodes_is_a_two_node_cluster(tmp_path):
-    import json
-    import os
-
-    from tests.plugins._horovod_launch import need_testbed
-
-    need_testbed()
-    from aiacc.distributed.testbed import Testbed
-
-    script = tmp_path / "cal.py"
-    script.write_text(WORKER)
-    with Testbed(2, "1gbit") as tb:
-        res = tb.run([str(script)], launcher="env", cpus="auto", timeout=120,
-                     env={"PYTHONPATH": os.getcwd()})
-    assert all(r.returncode == 0 for r in res), [r.stderr[-2000:] for r in res]
-    line = next(l for r in res for l in r.stdout.splitlines() if l.startswith("CAL "))
-    got = json.loads(line[4:])
+    if not two_node_job["on_testbed"]:
+        pytest.skip(testbed.unavailable())
+    got = two_node_job["calibration"]
     c = got["cluster"]
     assert (c["nodes"], c["workers_per_node"]) == (2, 1)  # one rank per node: the ring crosses the network
     assert [b for b, _ in got["samples"]] == [4 * n for n in CALIBRATION_SIZES]

@@ -216,8 +216,10 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
 
 
 def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,
-                compression: str = "none", *, subdivisions: int = 16) -> float:
+                compression: str = "none", *, subdivisions: int = 16, sync: str = "layer") -> float:
     """An iteration time no plan can beat on this model under the cost model (`simulate`'s rules).
+    sync "layer" (default): any plan with either wait (a per-layer wait is never slower than a global
+    one); sync "step": plans whose next forward waits for every all-reduce (see the end).
 
     Notation: ready[k] is when layer k's backward ends, F[k] the forward of layers k..end, P[k] the
     bytes of layers 0..k, N all bytes; k0 / kl are the first / last layers with gradients, so
@@ -249,7 +251,14 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     one algorithm and the smallest per-byte cost of another. tests/core/comm checks the bound against
     every plan of small models by brute force. On measured costs: the larger of the bounds on the lines
     of `CostModel.bound_lines` (each below every interpolated cost).
+    With sync "step" every forward layer starts after the last message, at E: T >= E + F[0], where
+    E >= r_last + c(N) for K = 1 and E >= E(K >= 2) otherwise (E(K >= m) grows with m), and for each k
+    T >= ready[k] + c(P[k]) + F[0]. A block of n steps timed up to the end of its last update (a
+    per-layer wait has nothing to overlap with after the last backward) lasts at least
+    (n - 1) * the "layer" bound + the "step" bound.
     """
+    if sync not in ("layer", "step"):
+        raise CommError(f"unknown sync {sync!r}; expected 'layer' or 'step'")
     import numpy as np
     from aiacc.core.comm.plan import COMPRESSIONS
 
@@ -259,7 +268,7 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     # the argument below needs a concave cost; measured (interpolated) costs are bounded by each line
     # below every sample (CostModel.bound_lines): the bound on either is a bound, so the larger one
     if isinstance(cost, CostModel) and cost.measured is not None:
-        return max(lower_bound(model, cluster, LinearCost(line), compression, subdivisions=subdivisions)
+        return max(lower_bound(model, cluster, LinearCost(line), compression, subdivisions=subdivisions, sync=sync)
                    for line in cost.bound_lines())
     cost = concave_minorant(cost) if isinstance(cost, CostModel) else cost
     c = lambda n: float(cost.time(float(n)))
@@ -279,6 +288,8 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     suffix_fwd = [0.0] * (n + 1)
     for k in range(n - 1, -1, -1):
         suffix_fwd[k] = suffix_fwd[k + 1] + layers[k].forward_s
+    if sync == "step":  # no layer's forward starts before the last message has ended
+        suffix_fwd = [suffix_fwd[0]] * (n + 1)
     best = model.forward_s + model.backward_s
     prefix = 0
     for k in range(n):
@@ -304,6 +315,6 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
         return out
 
     cases = [r_last + c(total) + suffix_fwd[k0], network_end(2) + suffix_fwd[k0]]
-    if k0 != kl:
+    if k0 != kl and sync == "layer":  # (with "step" these cases are above network_end(2) + F[0])
         cases += [r_last + g0 + c(total) + suffix_fwd[kl], network_end(3) + suffix_fwd[kl]]
     return max(best, min(cases))

@@ -152,7 +152,7 @@ def _ordered_partitions(items):
             yield tail[:i] + [[first]] + tail[i:]
 
 
-def _brute_force_best(m, c, cost):
+def _brute_force_best(m, c, cost, sync="layer"):
     """The fastest of all FIFO plans over whole tensors or halves (every grouping and order)."""
     grads = m.gradients()
     best = float("inf")
@@ -162,7 +162,7 @@ def _brute_force_best(m, c, cost):
             pieces += [Piece(g.name, 0, g.numel // 2), Piece(g.name, g.numel // 2, g.numel)] if half else [whole(g.name, g.numel).pieces[0]]
         for groups in _ordered_partitions(pieces):
             plan = Plan("bf", tuple(Bucket(tuple(grp)) for grp in groups))
-            best = min(best, simulate(m, c, plan, cost, validate=False).iteration_s)
+            best = min(best, simulate(m, c, plan, cost, validate=False, sync=sync).iteration_s)
     return best
 
 
@@ -179,6 +179,23 @@ def test_lower_bound_holds_against_every_plan_of_small_models(seed):
     best, lb = _brute_force_best(m, c, cost), lower_bound(m, c, cost)
     assert lb <= best + 1e-12
     assert lb >= 0.9 * best  # and within 10% of the true optimum on these cases
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_step_sync_lower_bound_holds_against_every_plan_and_is_above_the_layer_bound(seed):
+    """sync="step" (the next forward waits for every all-reduce): no plan beats its bound, which is at
+    least the per-layer one and within 10% of the brute-force optimum."""
+    rng = np.random.default_rng(50 + seed)
+    m = ModelSpec("r", tuple(Layer(f"l{i}", float(rng.uniform(1e-4, 4e-3)), float(rng.uniform(1e-4, 6e-3)),
+                                   (GradientSpec(f"g{i}", int(rng.integers(10_000, 3_000_000))),)) for i in range(3)))
+    c = ClusterSpec(nodes=int(rng.choice([2, 4, 16])), workers_per_node=4, inter_bandwidth=float(rng.uniform(1e8, 2e9)),
+                    inter_latency=float(rng.uniform(1e-5, 2e-3)), intra_bandwidth=1e10, intra_latency=1e-5)
+    cost = CostModel(c)
+    best, lb = _brute_force_best(m, c, cost, sync="step"), lower_bound(m, c, cost, sync="step")
+    assert lower_bound(m, c, cost) <= lb <= best + 1e-12
+    assert lb >= 0.9 * best
+    with pytest.raises(CommError, match="unknown sync"):
+        lower_bound(m, c, cost, sync="bucket")
 
 
 def test_lower_bound_counts_the_messages_a_plan_needs():
