@@ -160,9 +160,11 @@ def measured_spec(model, loss_fn, reps: int):
         loss_fn(model).backward()
         opt.step()
         steps.append(time.perf_counter() - t0)
-    bwd = [statistics.median(s.layers[i].backward_s for s in specs) for i in range(len(specs[0].layers))]
+    # layers matched by name: each profile lists them in the order its backward finished them
+    by_name = [{l.name: l for l in s.layers} for s in specs]
+    bwd = [statistics.median(s[l.name].backward_s for s in by_name) for l in specs[0].layers]
     fwd_total = max(1e-6, statistics.median(steps) - sum(bwd))
-    weights = [statistics.median(s.layers[i].forward_s for s in specs) for i in range(len(bwd))]
+    weights = [statistics.median(s[l.name].forward_s for s in by_name) for l in specs[0].layers]
     scale = fwd_total / (sum(weights) or 1.0)
     return ModelSpec(specs[0].name, tuple(Layer(l.name, w * scale, b, l.grads)
                                           for l, w, b in zip(specs[0].layers, weights, bwd)))

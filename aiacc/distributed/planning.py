@@ -31,10 +31,15 @@ BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyo
 FP16_MIN_NUMEL = 1 << 8  # fp16 samples from 256 elements up (the sizes of buckets an fp16 plan sends)
 
 
+BATCH_MAX_MESSAGES = 32  # per batch: latency-bound sizes (below 64 KB) send less than BATCH_BYTES in a batch
+
+
 def batch_messages(nbytes: int) -> int:
     """How many back-to-back all-reduces of `nbytes` one timed calibration batch holds (at least
-    BATCH_BYTES in all, 2 to 128 messages)."""
-    return int(min(128, max(2, -(-BATCH_BYTES // max(1, int(nbytes))))))
+    BATCH_BYTES in all, 2 to BATCH_MAX_MESSAGES messages: below 64 KB a message costs its latency, ~1-5 ms
+    on these links whatever its bytes, and 128 of them per batch made the small sizes most of the
+    calibration's time)."""
+    return int(min(BATCH_MAX_MESSAGES, max(2, -(-BATCH_BYTES // max(1, int(nbytes))))))
 
 
 def banked_time(samples: Sequence[tuple[float, float]]) -> float:
@@ -125,7 +130,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
             collective("calibration all-reduce", lambda: dist.all_reduce(t))
         # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
         # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
-        # stream, so each batch carries at least BATCH_BYTES (up to 128 messages): the mean of each batch,
+        # stream, so each batch carries at least BATCH_BYTES (up to BATCH_MAX_MESSAGES): the mean of each batch,
         # the median over batches
         times = []
         nbytes = t.element_size() * n

@@ -31,14 +31,25 @@ def spec_from_stamps(named: Sequence[tuple[str, torch.Tensor]], stamps: dict[str
                      name: str = "model") -> ModelSpec:
     """A ModelSpec whose timing comes from when backward produced each gradient (`stamps`, seconds).
 
-    A layer's backward time is the gap between its gradients and those produced before it; without
-    `backward_start` the first layer gets the median gap. Forward time (total `forward_s`, default half
-    the backward) is spread over layers in proportion to their backward time."""
+    The layers are listed in the reverse of the order in which backward finished them (ties: the
+    parameters' order): the simulator runs backward from the last layer to the first and the next
+    forward from the first, and the modules' registration order is not the order they run in (a
+    post-norm transformer layer registers norm1 after linear2, but backward produces its gradient after
+    linear1's: listed in registration order, the plan would take norm1's gradient as ready ~40 ms
+    early and hold the first bucket, and every bucket after it, that long). A layer's backward time is
+    the gap between its gradients and those produced before it; without `backward_start` the first
+    layer gets the median gap. Forward time (total `forward_s`, default half the backward) is spread
+    over layers in proportion to their backward time."""
     entries = [(n, p.shape, p.dtype) for n, p in named]
     spec = gradient_specs_from_params(entries, name=name)
     last = max(stamps.values(), default=0.0)
     ends = [max(stamps.get(g.name, last) for g in l.grads) for l in spec.layers]
-    order = sorted(range(len(ends)), key=lambda i: ends[i])
+    # forward order: the layer backward finished last first (a stable sort keeps registration order on ties)
+    layers = sorted(range(len(ends)), key=lambda i: -ends[i])
+    entries = [(g.name, g.shape, dtype_of[g.name]) for dtype_of in [{n: d for n, _, d in entries}]
+               for i in layers for g in spec.layers[i].grads]
+    ends = [ends[i] for i in layers]
+    order = list(range(len(ends) - 1, -1, -1))  # backward's order: the last listed layer first
     bwd = [0.0] * len(ends)
     for a, b in zip(order, order[1:]):
         bwd[b] = max(0.0, ends[b] - ends[a])
@@ -60,10 +71,13 @@ def median_spec(specs: Sequence[ModelSpec]) -> ModelSpec:
     from aiacc.core.comm import Layer
 
     first = specs[0]
+    # layers matched by name (each profile lists them in the order its backward finished them), in the
+    # first profile's order
+    by_name = [{l.name: l for l in s.layers} for s in specs]
     return ModelSpec(first.name, tuple(
-        Layer(l.name, statistics.median(s.layers[i].forward_s for s in specs),
-              statistics.median(s.layers[i].backward_s for s in specs), l.grads)
-        for i, l in enumerate(first.layers)))
+        Layer(l.name, statistics.median(s[l.name].forward_s for s in by_name),
+              statistics.median(s[l.name].backward_s for s in by_name), l.grads)
+        for l in first.layers))
 
 
 def profile_backward(module: torch.nn.Module, loss_fn, name: str = "model") -> ModelSpec:
