@@ -67,7 +67,7 @@ def test_torch_native_int8_runs_pytorch_integer_kernels_and_matches_onnxruntime(
     torch.manual_seed(0)
     m = Net().eval()
     cal = _data()
-    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)  # backend="native"
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="torch")
     assert q.aiacc_precision.backend == "torch" and "quantized kernels" in q.aiacc_precision.steps[-1]
     # conv1(+bn)+relu, conv2+relu, the residual add, fc+relu and the head (float output): integer kernels
     assert int8_kernels(q) == {"conv": 2, "add": 1, "linear": 2}
@@ -85,6 +85,44 @@ def test_torch_native_int8_runs_pytorch_integer_kernels_and_matches_onnxruntime(
     with torch.no_grad():
         assert torch.equal(back(x), q(x))
     assert back.aiacc_precision.backend == "torch"
+
+
+def test_torch_int8_default_backend_keeps_the_faster_of_torch_and_onnxruntime_kernels():
+    from aiacc.errors import AiaccNotice
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    cal = _data(3)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)  # backend="native"
+    rep = q.aiacc_precision
+    assert set(rep.choice) == {"torch", "onnxruntime"} and all(v > 0 for v in rep.choice.values())
+    assert rep.backend == min(rep.choice, key=rep.choice.get)  # the one measured faster is kept
+    assert "chosen, measured" in rep.steps[-1]
+    said = [x for x in w if issubclass(x.category, AiaccNotice)]
+    assert (rep.backend == "onnxruntime") == bool(said)  # a choice of onnxruntime is said, not a fallback
+    assert hasattr(q, "runner") == (rep.backend == "onnxruntime")
+    other = aiacc.optimize(m, cal[0], precision="int8", calibration=cal,
+                           backend="onnxruntime" if rep.backend == "torch" else "torch")
+    x = _data(1, seed=5)[0]
+    with torch.no_grad():
+        assert _rel(q(x).numpy(), other(x).numpy()) < 1e-3  # the same plan either way
+
+
+def test_measured_choice_keeps_the_faster():
+    import time
+
+    from aiacc.plugins.precision import measure_ms
+
+    calls = {"slow": 0, "fast": 0}
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.03)
+
+    ms = measure_ms({"slow": slow, "fast": lambda: calls.__setitem__("fast", calls["fast"] + 1)}, rounds=3)
+    assert ms["slow"] > ms["fast"] and calls == {"slow": 4, "fast": 4}  # one warm-up call, then 3 rounds
 
 
 class Blocks(nn.Module):
@@ -113,7 +151,7 @@ def test_torch_native_int8_groups_concat_pool_clip_and_keeps_float_ops_float():
     m = Blocks().eval()
     g = torch.Generator().manual_seed(1)
     cal = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(4)]
-    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal)
+    q = aiacc.optimize(m, cal[0], precision="int8", calibration=cal, backend="torch")
     k = int8_kernels(q)
     assert k == {"conv": 3, "cat": 1, "mul": 1, "linear": 1}, k
     code = q.code

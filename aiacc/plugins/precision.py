@@ -6,9 +6,13 @@ path with its accuracy guard.
 int8: the graph is traced and optimized as usual, then planned in the IR (aiacc.core.quant: calibration on
 the calibration inputs, per-channel int8 weights, Q/DQ placement, per-layer sensitivity). The same plan runs
 on: backend="onnxruntime" (every plugin), whose integer kernels (QLinearConv, QGemm, QLinearMatMul, ...)
-execute it; torch with backend="native" (the default), PyTorch's own x86 quantized kernels
-(aiacc/plugins/torch/int8.py: quantized conv2d / linear / add / cat in the exported fx module; the report's
-`backend` says "torch"); torch with backend="openvino" where the optional openvino package is installed
+execute it; torch with backend="torch", PyTorch's own x86 quantized kernels (aiacc/plugins/torch/int8.py:
+quantized conv2d / linear / add / cat in the exported fx module; the report's `backend` says "torch");
+torch with backend="native" (the default): the faster of those two, timed at optimize time on the first
+calibration sample (the report's `choice` has both times, `backend` the one kept; onnxruntime chosen is said
+with an AiaccNotice), since which is faster depends on the CPU and the model (on AVX2 without VNNI
+onnxruntime's kernels won on ResNet-50, MobileNetV2 and BERT, benchmarks/precision.py);
+torch with backend="openvino" where the optional openvino package is installed
 (aiacc/backends/openvino.py: OpenVINO's CPU plugin compiles the QDQ graph to its int8 layers). TF, MXNet
 and Caffe native exports have no int8 kernel to lower to, so backend="native" with int8 runs on
 onnxruntime there, with an AiaccWarning saying so (the report's `backend` says "onnxruntime").
@@ -27,8 +31,9 @@ VerificationError naming the worst layers of the sensitivity report and the keep
 """
 from __future__ import annotations
 
+import time
 import warnings
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -36,6 +41,7 @@ from aiacc.core.quant import PRECISIONS, parse_tolerance, score, suggestion
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError, VerificationError
 
 PRECISION_OPTIONS = ("calibration", "tolerance", "keep_float", "holdout")
+CHOICE_ROUNDS = 5  # timed rounds when backend='native' chooses torch's int8 kernels or onnxruntime's
 
 
 class PrecisionWarning(UserWarning):
@@ -158,16 +164,17 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
     from aiacc.backends.quant import ort_run, weight_qmax
     from aiacc.core.quant import quantize
 
-    if backend not in ("native", "onnxruntime", "openvino"):
+    if backend not in ("native", "onnxruntime", "openvino", "torch"):
         raise UnsupportedError(f"the {plugin.title} plugin has no int8 backend {backend!r} (use 'native', "
-                               f"'onnxruntime' or, for torch with the openvino package, 'openvino')")
-    if backend == "openvino" and plugin.name != "torch":
-        raise UnsupportedError(f"precision='int8' with backend='openvino' is there for torch models; the "
+                               f"'onnxruntime' or, for torch, 'torch' (PyTorch's int8 kernels) or, with the "
+                               f"openvino package, 'openvino')")
+    if backend in ("openvino", "torch") and plugin.name != "torch":
+        raise UnsupportedError(f"precision='int8' with backend={backend!r} is there for torch models; the "
                                f"{plugin.title} plugin runs int8 with backend='onnxruntime'")
     feeds = _feeds(plugin, graph, samples, "calibration")
     qgraph, rep = quantize(graph, feeds, keep_float=keep_float, tolerance=tol, run=ort_run(),
                            weight_qmax=weight_qmax())
-    if backend == "native" and plugin.name == "torch":
+    if backend in ("native", "torch") and plugin.name == "torch":
         # PyTorch's own x86 integer kernels (quantized::conv2d / linear / add / cat) run the same plan
         from aiacc.plugins.torch.int8 import export_int8
 
@@ -175,6 +182,9 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
         rep.backend = "torch"
         rep.steps.append("torch native: " + (", ".join(f"{n} {k}" for k, n in sorted(kernels.items()))
                                              or "no integer kernel") + f" (quantized kernels, {engine})")
+        if backend == "native":  # the faster of PyTorch's int8 kernels and onnxruntime's, measured here
+            ort_out = plugin.export(qgraph, original=model, backend="onnxruntime", **options)
+            out = _choose_int8(plugin, {"torch": out, "onnxruntime": ort_out}, samples[0], rep)
         return out, rep
     if backend == "openvino":
         from aiacc.backends import onnxruntime as aort
@@ -196,6 +206,42 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
         rep.steps.append("backend='native' asked: runs on onnxruntime (no native int8 kernels)")
     out = plugin.export(qgraph, original=model, backend="onnxruntime", **options)
     return out, rep
+
+
+def measure_ms(fns: dict[str, Callable[[], Any]], rounds: int = CHOICE_ROUNDS) -> dict[str, float]:
+    """Median ms of each function: one warm-up call each, then `rounds` rounds calling each once, the order
+    rotated every round (so neither runs always after the other on a machine whose load changes)."""
+    names = list(fns)
+    for n in names:
+        fns[n]()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            t = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t)
+    return {n: 1000.0 * float(np.median(v)) for n, v in times.items()}
+
+
+def _choose_int8(plugin, candidates: dict[str, Any], sample: Any, rep) -> Any:
+    """The candidate (same int8 plan, different kernels) that runs `sample` fastest; the times go to the
+    report (`choice`, a step) and a choice of onnxruntime is said with an AiaccNotice (a measured choice,
+    not a fallback: backend='torch' keeps PyTorch's kernels)."""
+    from aiacc.errors import AiaccNotice
+
+    ms = measure_ms({k: (lambda m=m: plugin.run(m, sample)) for k, m in candidates.items()})
+    best = min(ms, key=lambda k: (ms[k], k != "torch"))  # a tie keeps PyTorch's kernels (no session inside)
+    rep.choice = ms
+    rep.backend = best
+    said = ", ".join(f"{k} {v:.3g} ms" for k, v in ms.items())
+    rep.steps.append(f"backend='native': {best} chosen, measured on the first calibration sample ({said}; "
+                     f"median of {CHOICE_ROUNDS} rounds)")
+    if best != "torch":
+        warnings.warn(f"precision='int8' (torch, backend='native'): the int8 plan runs on {best}'s integer "
+                      f"kernels, measured faster here than PyTorch's ({said}); backend='torch' keeps PyTorch's "
+                      f"(a module torch.save can write: onnxruntime sessions do not pickle)",
+                      AiaccNotice, stacklevel=5)
+    return candidates[best]
 
 
 def _low_float(plugin, model, graph, precision, backend, options):

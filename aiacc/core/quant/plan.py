@@ -117,6 +117,7 @@ class QuantReport:
     steps: list[str] = field(default_factory=list)  # what the planner tried, in order
     labels: dict[str, str] = field(default_factory=dict)  # node name -> layer label
     backend: str = "reference"  # where the plan runs
+    choice: dict[str, float] = field(default_factory=dict)  # backend -> measured ms, where aiacc chose one
     verified: str | None = None  # what the accuracy guard measured on the user's model
     planner: Any = field(default=None, repr=False)  # kept to measure the sensitivity later
 
