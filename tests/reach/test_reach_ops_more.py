@@ -1,7 +1,7 @@
 """Constructs found by the reach sweep (benchmarks/reach.py) in models nobody here wrote, in small
 modules: addcmul / addcdiv (timm ResMLP's Affine), an integer tensor times a Python float (timm MViTv2's
 relative positions), baddbmm with keyword operands (BLOOM's ALiBi scores), an index list after an
-ellipsis (Falcon's fused QKV split). Each traces with no opaque node and equals the original."""
+ellipsis (Falcon's fused QKV split), torch's RMSNorm, narrow and one_hot. Each traces with no opaque node and equals the original."""
 from __future__ import annotations
 
 import warnings
@@ -38,7 +38,22 @@ class _EllipsisIndex(nn.Module):
         return qkv[..., :-2, :].sum(-2, keepdim=True) + qkv[..., [-2], :] * qkv[..., [-1], :]
 
 
+class _RmsNarrowOneHot(nn.Module):
+    """nn.RMSNorm and F.rms_norm (torch's own, as Llama-style models written on torch >= 2.4 use), narrow,
+    F.one_hot with a given width (mixture-of-experts routing masks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(8, eps=1e-6)
+
+    def forward(self, x, ids):
+        y = self.norm(x) + torch.nn.functional.rms_norm(x, (8,)) + x.narrow(1, 1, 3).sum(1, keepdim=True)
+        hot = torch.nn.functional.one_hot(ids, 8).to(x.dtype)
+        return y + hot + torch.narrow(x, -1, -4, 4).repeat(1, 1, 2)
+
+
 CASES = {
+    "rms_norm_narrow_one_hot": (_RmsNarrowOneHot, lambda: (torch.randn(2, 5, 8), torch.randint(0, 8, (2, 5)))),
     "addcmul": (_AddC, lambda: (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(8))),
     "int_times_float": (_IntTimesFloat, lambda: (torch.randn(2, 6, 6),)),
     "baddbmm": (_Baddbmm, lambda: (torch.randn(3, 4, 5), torch.randn(3, 4, 8), torch.randn(3, 8, 5))),

@@ -131,11 +131,12 @@ def test_unet_with_interpolate_translates_and_round_trips():
 
 
 def test_opaque_call_with_none_arguments_round_trips():
-    """An opaque call (torch.topk here) whose arguments include None keeps every tensor in its place."""
+    """An opaque call (torch.kthvalue here: topk now translates) whose arguments include None keeps every
+    tensor in its place."""
     def fn(m, x, k):
-        return torch.topk(x * 2, 2, dim=-1, largest=True, sorted=True, out=None).values + k
+        return torch.kthvalue(x * 2, 2, dim=-1, keepdim=True, out=None).values + k
 
-    check(Fn(fn), (torch.randn(2, 3, 5), torch.randn(2, 3, 2)), opaque=["topk"])
+    check(Fn(fn), (torch.randn(2, 3, 5), torch.randn(2, 3, 2)), opaque=["kthvalue"])
 
 
 # ------------------------------------------------------------------------------------------- resampling
@@ -566,7 +567,7 @@ def test_exported_modules_with_opaque_and_in_place_calls_pickle(tmp_path):
         y = m.conv(x)
         y[:, :, 0] = torch.flip(y[:, :, 0], [-1])  # an opaque value written into a slice (its backward needs no input)
         y.cumsum_(1)  # an opaque in-place call
-        return F.interpolate(y, scale_factor=2, mode="bilinear") + torch.topk(y, 2, dim=1).values.sum()
+        return F.interpolate(y, scale_factor=2, mode="bilinear") + torch.kthvalue(y, 2, dim=1).values.sum()
 
     model = Fn(fn, conv=nn.Conv2d(3, 4, 1)).eval()
     x = torch.randn(1, 3, 4, 4)
@@ -575,7 +576,7 @@ def test_exported_modules_with_opaque_and_in_place_calls_pickle(tmp_path):
     loaded = torch.load(tmp_path / "m.pt", weights_only=False)
     with torch.no_grad():
         close(model(x.clone()), loaded(x), 1e-5, "reloaded output")
-    check(model, (x,), opaque=["flip", "Tensor.cumsum_", "topk"])
+    check(model, (x,), opaque=["flip", "Tensor.cumsum_", "kthvalue"])
 
 
 class CausalBlock(nn.Module):

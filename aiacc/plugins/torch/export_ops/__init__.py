@@ -7,8 +7,9 @@ exporter never imports its tables (the plugin does, see translator.py).
   nn           convolution, normalization, pooling, MatMul / Gemm (oneDNN in inference exports)
   fused        aiacc's fused ops (domain "aiacc")
   extra        the less common ops the importer emits (Resize, Tile, ArgMax/ArgMin, Range, ...)
+  scatter      TopK, ScatterElements, ScatterND
 """
-from aiacc.plugins.torch.export_ops import elementwise, extra, fused, nn, shape  # noqa: F401
+from aiacc.plugins.torch.export_ops import elementwise, extra, fused, nn, scatter, shape  # noqa: F401
 from aiacc.plugins.torch import int8  # noqa: F401,E402  (QuantizeLinear/DequantizeLinear, integer kernels)
 
-__all__ = ["elementwise", "shape", "nn", "fused", "extra"]
+__all__ = ["elementwise", "shape", "nn", "fused", "extra", "scatter"]

@@ -97,6 +97,42 @@ for _op, _targets, _methods in (
     METHODS.update({m: _binary(_op) for m in _methods})
 
 
+def remainder(imp, a, b, *, out=None):
+    """torch.remainder / `a % b` (the remainder with the divisor's sign, Python's rule). Integers: the
+    IR's Mod; floats: ONNX's float Mod is fmod, so fmod's result moved by b where its sign differs from
+    b's (exactly torch's formula)."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    a, b = _operands(imp, a, b)
+    if np.dtype(a.dtype).kind in "iu":
+        return imp.op("Mod", a, b, fmod=0)
+    if np.dtype(a.dtype).kind != "f":
+        raise Untranslatable(f"remainder of {a.dtype} tensors")
+    m = imp.op("Mod", a, b, fmod=1)
+    zero = imp.scalar_like(0, m)
+    differs = imp.op("Xor", imp.op("Less", m, zero), imp.op("Less", b, zero))
+    fix = imp.op("And", differs, imp.op("Not", imp.op("Equal", m, zero)))
+    return imp.op("Where", fix, imp.op("Add", m, b), m)
+
+
+def fmod(imp, a, b, *, out=None):
+    """torch.fmod: the remainder with the dividend's sign (ONNX Mod, fmod=1)."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    a, b = _operands(imp, a, b)
+    return imp.op("Mod", a, b, fmod=1)
+
+
+FUNCTIONS.update({operator.mod: remainder, operator.imod: remainder, torch.remainder: remainder,
+                  torch.fmod: fmod,
+                  operator.floordiv: lambda imp, a, b: divide(imp, a, b, "floor"),
+                  operator.ifloordiv: lambda imp, a, b: divide(imp, a, b, "floor"),
+                  torch.floor_divide: lambda imp, a, b, *, out=None: divide(imp, a, b, "floor")})
+METHODS.update({"remainder": remainder, "remainder_": remainder, "__mod__": remainder, "fmod": fmod,
+                "fmod_": fmod, "floor_divide": lambda imp, a, b: divide(imp, a, b, "floor"),
+                "__floordiv__": lambda imp, a, b: divide(imp, a, b, "floor")})
+
+
 @FUNCTIONS.register(torch.addcmul)
 @METHODS.register("addcmul")
 def _addcmul(imp, x, t1, t2, *, value=1, out=None):

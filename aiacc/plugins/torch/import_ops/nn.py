@@ -198,6 +198,29 @@ def _m_ln(imp, m, x):
     return layer_norm(imp, x, m.normalized_shape, imp.param(m, "weight"), imp.param(m, "bias"), m.eps)
 
 
+def rms_norm(imp, x, normalized_shape, weight, eps):
+    """F.rms_norm / nn.RMSNorm: x / sqrt(mean(x^2 over the normalized axes) + eps) * weight (eps None:
+    the dtype's machine epsilon, as torch)."""
+    x = tensor(x)
+    if x.dtype not in ("float16", "float32", "float64"):
+        raise Untranslatable(f"rms_norm of a {x.dtype} tensor")
+    n = len(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else 1
+    r = rank(x)
+    if eps is None:
+        eps = float(np.finfo(x.dtype).eps)
+    ms = imp.op("ReduceMean", imp.op("Mul", x, x), imp.ints(range(r - n, r)), keepdims=1)
+    y = imp.op("Mul", x, imp.op("Reciprocal", imp.op("Sqrt", imp.op("Add", ms, imp.scalar_like(float(eps), x)))))
+    return y if weight is None else imp.op("Mul", y, tensor(weight, "weight"))
+
+
+if hasattr(F, "rms_norm"):
+    FUNCTIONS.register(F.rms_norm)(lambda imp, x, normalized_shape, weight=None, eps=None:
+                                   rms_norm(imp, x, normalized_shape, weight, eps))
+if hasattr(nn, "RMSNorm"):
+    MODULES.register(nn.RMSNorm)(lambda imp, m, x: rms_norm(imp, x, m.normalized_shape, imp.param(m, "weight"),
+                                                            m.eps))
+
+
 # ---------------------------------------------------------------------------------- pooling
 def _pool(imp, op_name, x, kernel_size, stride, padding, dilation, ceil_mode, n, **extra):
     x = tensor(x)

@@ -446,6 +446,17 @@ def _setitem(imp, x, index, value):
         raise Untranslatable("item assignment on a non-tensor")
     shape = list(imp.shape_of(x))
     index = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, (Value, list, torch.Tensor)) for i in index) and index.count(Ellipsis) <= 1 \
+            and None not in index:
+        # index tensors (computed positions, a boolean mask): index_put among full slices
+        from aiacc.plugins.torch.import_ops.scatter import index_put
+
+        if Ellipsis in index:
+            k = index.index(Ellipsis)
+            index = index[:k] + (slice(None),) * (len(shape) - len(index) + 1) + index[k + 1:]
+        if any(isinstance(i, slice) and i != slice(None) or isinstance(i, int) for i in index):
+            raise Untranslatable("advanced indexing mixed with partial slices or integers")
+        return index_put(imp, x, tuple(None if isinstance(i, slice) else i for i in index), value)
     if any(i is None or isinstance(i, (Value, list, torch.Tensor)) for i in index) or index.count(Ellipsis) > 1:
         raise Untranslatable("advanced indexing")
     consumed = sum(1 for i in index if i is not Ellipsis)
@@ -580,3 +591,30 @@ MODULES[nn.Unflatten] = lambda imp, m, x: unflatten(imp, x, m.dim, m.unflattened
 def _index_select(imp, x, dim, index):
     x, index = tensor(x), tensor(index, "index")
     return imp.op("Gather", x, index, axis=norm_axis(dim, rank(x)))
+
+
+@FUNCTIONS.register(torch.narrow)
+@METHODS.register("narrow")
+def _narrow(imp, x, dim, start, length):
+    """x.narrow(dim, start, length): a Slice (start and length Python ints: the trace's)."""
+    x = tensor(x)
+    if isinstance(start, Value) or isinstance(length, Value):
+        raise Untranslatable("narrow with a tensor start or length")
+    axis = norm_axis(int(dim), rank(x))
+    n = imp.shape_of(x)[axis]
+    b = int(start) % n if int(start) < 0 else int(start)
+    return imp.op("Slice", x, imp.ints([b]), imp.ints([b + int(length)]), imp.ints([axis]), imp.ints([1]))
+
+
+@FUNCTIONS.register(F.one_hot)
+def _one_hot(imp, x, num_classes=-1):
+    """F.one_hot(x, num_classes): Equal(x[..., None], 0..num_classes-1) as int64. num_classes=-1 (the
+    data's maximum + 1: a data-dependent shape) stays opaque."""
+    x = tensor(x)
+    if int(num_classes) < 0:
+        raise Untranslatable("one_hot without num_classes (its width depends on the data)")
+    if x.dtype != "int64":
+        raise Untranslatable(f"one_hot of a {x.dtype} tensor")
+    hot = imp.op("Equal", imp.op("Unsqueeze", x, imp.ints([rank(x)])),
+                 imp.const(np.arange(int(num_classes), dtype=np.int64)))
+    return imp.op("Cast", hot, to="int64")
