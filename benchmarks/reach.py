@@ -19,7 +19,9 @@ issue's target: <= 0.9).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -59,15 +61,116 @@ TIMM = ["resnet18", "mobilenetv3_small_050", "efficientnet_b0", "convnext_atto",
 HF = list(M._HF)
 
 
-def sample():
-    """(label, builder) for every model of the sweep."""
-    out = [(f"tv/{n}", (lambda n=n: M.tv_model(n, 224 if n.startswith(("vit", "maxvit", "swin")) else
-                                                96 if n.startswith("inception") else 64))) for n in TV]
-    out += [(f"tv/{n}", (lambda n=n: M.tv_segmentation(n, 64))) for n in TV_SEG]
-    out += [(f"timm/{n.split('@')[0]}", (lambda n=n: M.timm_model(n.split("@")[0], int(n.split("@")[1])
-                                                                   if "@" in n else 64))) for n in TIMM]
-    out += [(f"hf/{n}", (lambda n=n: M.hf_model(n))) for n in HF]
+# --full: the widened sample (what users bring). torchvision: every classification model of
+# list_models(module=torchvision.models) under 90M parameters and every segmentation model (found at run time,
+# so a newer torchvision's models are in); timm: more families, "name#size" passes img_size=size to
+# create_model (a ViT at a small grid); transformers: _models._HF_MORE (other input kinds: pixels, audio)
+TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixnet_m", "poolformer_s24",
+             "coat_lite_mini@224", "crossvit_9_240@240", "deit3_small_patch16_224#64", "deit_small_patch16_224#64",
+             "beitv2_base_patch16_224#64", "pvt_v2_b1", "twins_pcpvt_small@224", "xcit_tiny_12_p16_224#64",
+             "nf_resnet26", "dm_nfnet_f0", "nf_regnet_b0", "eca_nfnet_l0", "dla46_c", "dla60x_c",
+             "hrnet_w18_small_v2", "inception_v4@96", "inception_resnet_v2@96", "xception65", "legacy_xception",
+             "cspresnext50", "cs3darknet_s", "cs3darknet_focus_s", "darknet17", "mobileone_s0", "mobileone_s1",
+             "fastvit_sa12", "fastvit_mci0", "repvgg_a0", "repvgg_b0", "hardcorenas_b", "hardcorenas_f",
+             "tinynet_a", "lcnet_100", "gcvit_xtiny@224", "davit_small@224", "focalnet_tiny_lrf@224",
+             "eva02_small_patch14_224#56", "vit_small_patch16_224#64", "vit_small_patch32_224#64",
+             "vit_relpos_small_patch16_224#64", "vit_srelpos_small_patch16_224#64", "vit_small_patch16_rope_224#64",
+             "vit_little_patch16_reg1_gap_256#64", "vit_medium_patch16_gap_256#64",
+             "vit_betwixt_patch16_reg4_gap_256#64", "vit_wee_patch16_reg1_gap_256#64",
+             "vit_small_patch14_dinov2#56", "convnextv2_atto", "convnext_pico", "convnext_nano_ols",
+             "edgenext_small", "efficientnetv2_rw_t", "efficientnet_lite0", "tf_efficientnet_b0",
+             "tf_efficientnetv2_b0", "mobilenetv4_conv_small", "mobilenetv4_hybrid_medium", "mobilenetv2_050",
+             "mobilenetv3_large_100", "hgnetv2_b0", "hgnet_tiny", "repghostnet_050", "ghostnetv3_050",
+             "visformer_tiny@224", "convit_tiny#64", "tnt_s_patch16_224#64", "levit_conv_128s@224",
+             "maxxvit_rmlp_nano_rw_256@256", "coatnet_nano_rw_224@224", "efficientvit_m0@224", "efficientvit_b1",
+             "fasternet_t0", "rdnet_tiny", "starnet_s1", "mambaout_femto", "hiera_tiny_224@224", "nextvit_small",
+             "swinv2_tiny_window8_256@256", "swinv2_cr_tiny_ns_224@224", "swin_s3_tiny_224@224",
+             "nest_tiny_jx@224", "sebotnet33ts_256@256", "botnet26t_256@256", "halonet26t@256",
+             "lambda_resnet26t@256", "eca_resnet33ts", "gcresnet33ts", "resnet26t", "seresnext26d_32x4d",
+             "skresnet18", "resnet50d", "resnetrs50", "resnetblur18", "resnet10t", "bat_resnext26ts",
+             "haloregnetz_b@224", "cait_xxs36_224#64", "pit_xs_224@224", "gmlp_ti16_224@224", "gmixer_12_224@224",
+             "convmixer_768_32", "vovnet39a", "ese_vovnet19b_slim", "selecsls42", "densenetblur121d", "dpn68",
+             "res2next50", "resnest26d", "regnetv_040", "regnetz_b16", "mobilevitv2_075", "mobilevit_xs",
+             "efficientformerv2_s1@224", "tiny_vit_11m_224@224", "vitamin_small_224@224", "shvit_s1@224",
+             "mobilenetv5_300m", "pvt_v2_b2_li", "xcit_nano_12_p8_224#64", "inception_next_tiny", "caformer_s18",
+             "convformer_s18", "ghostnetv2_130", "lcnet_075", "test_byobnet", "test_coatnet@160", "test_convnext",
+             "test_convnext2", "test_convnext3", "test_efficientnet", "test_efficientnet_evos",
+             "test_efficientnet_gn", "test_efficientnet_ln", "test_mambaout", "test_maxvit@160", "test_nfnet",
+             "test_resnet", "test_vit@160", "test_vit2@160", "test_vit3@160", "test_vit4@160",
+             "test_vit_relpos@160"]
+
+
+def _tv_size(n: str) -> int:
+    return 224 if n.startswith(("vit", "maxvit", "swin")) else 96 if n.startswith("inception") else 64
+
+
+def _timm_entry(n: str):
+    """("timm/name", builder) of a TIMM entry: "name", "name@size" (input size) or "name#size" (input size,
+    passed to create_model as img_size too)."""
+    if "#" in n:
+        name, size = n.split("#")
+        return f"timm/{name}", lambda: M.timm_model(name, int(size), img_size=int(size))
+    name, _, size = n.partition("@")
+    return f"timm/{name}", lambda: M.timm_model(name, int(size) if size else 64)
+
+
+def _tv_all() -> tuple[list, list]:
+    """Every torchvision classification model under 90M parameters (its weights' recorded parameter count,
+    else counted on the meta device) and every segmentation model, by name."""
+    tv = M.torchvision()
+    small = []
+    for n in tv.models.list_models(module=tv.models):
+        try:
+            count = min(w.meta["num_params"] for w in tv.models.get_model_weights(n))
+        except Exception:  # noqa: BLE001 - a model without published weights: count its parameters
+            with torch.device("meta"):
+                count = sum(p.numel() for p in tv.models.get_model(n, weights=None).parameters())
+        if count < 90e6:
+            small.append(n)
+    return small, tv.models.list_models(module=tv.models.segmentation)
+
+
+def sample(full: bool = False):
+    """(label, builder) for every model of the sweep (`full`: the widened sample, the default one first)."""
+    tv, tv_seg, timm_names, hf = list(TV), list(TV_SEG), list(TIMM), list(HF)
+    if full:
+        try:
+            all_cls, all_seg = _tv_all()
+        except ImportError:
+            all_cls, all_seg = [], []
+        tv += [n for n in all_cls if n not in tv]
+        tv_seg += [n for n in all_seg if n not in tv_seg]
+        timm_names += [n for n in TIMM_MORE if n.split("@")[0].split("#")[0] not in
+                       {t.split("@")[0] for t in timm_names}]
+        hf += [n for n in M._HF_MORE if n not in hf]
+    out = [(f"tv/{n}", (lambda n=n: M.tv_model(n, _tv_size(n)))) for n in tv]
+    out += [(f"tv/{n}", (lambda n=n: M.tv_segmentation(n, 64))) for n in tv_seg]
+    out += [_timm_entry(n) for n in timm_names]
+    out += [(f"hf/{n}", (lambda n=n: M.hf_model(n))) for n in hf]
     return out
+
+
+class _ModelTimeout(BaseException):
+    """Not an Exception: no `except Exception` inside the model or aiacc may swallow it."""
+
+
+def _with_timeout(seconds: int, fn, label: str) -> dict:
+    """fn() with SIGALRM after `seconds` (a model that hangs costs one row, not the chunk)."""
+    if not seconds or not hasattr(signal, "SIGALRM"):
+        return fn()
+
+    def alarm(signum, frame):
+        raise _ModelTimeout(f"over {seconds} s")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return fn()
+    except _ModelTimeout as e:
+        return {"model": label, "traced": False, "opaque": None, "verified": None, "error": f"timeout: {e}",
+                "reasons": {}, "s": float(seconds)}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def rel_err(a, b) -> float:
@@ -99,6 +202,9 @@ def one(label, build, do_optimize=True) -> dict:
         model, x, fresh = build()
     except ImportError as e:
         row["error"] = f"skipped: {e}"
+        return row
+    except Exception as e:  # noqa: BLE001 - the library cannot build it here (a config it refuses)
+        row["error"] = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         return row
     try:
         with warnings.catch_warnings():
@@ -283,6 +389,14 @@ def speed_main(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated substrings of model labels")
+    ap.add_argument("--labels", default="", help="comma-separated model labels, exactly (see --list)")
+    ap.add_argument("--full", action="store_true", help="the widened sample (AIACC_REACH_FULL=1 does the same): "
+                    "every torchvision classification model under 90M parameters and every segmentation model, "
+                    "more timm families and transformers configs")
+    ap.add_argument("--list", action="store_true", help="print the sample's labels and stop")
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds: start no model after this (chunked runs)")
+    ap.add_argument("--model-timeout", type=int, default=240, help="seconds one model may take (0: no limit)")
+    ap.add_argument("--jsonl", default="", help="append one JSON object per model to this file")
     ap.add_argument("--trace-only", action="store_true", help="skip optimize/verify")
     ap.add_argument("--speed", action="store_true", help="the transformers latency table (see the docstring)")
     ap.add_argument("--models", default=",".join(SPEED_MODELS), help="--speed: models to run")
@@ -295,12 +409,30 @@ def main(argv=None) -> int:
     torch.set_num_threads(2)
     if args.speed:
         return speed_main(args)
-    rows = []
-    for label, build in progress.track(sample(), "reach", label=lambda item: item[0]):
-        if args.only and not any(s in label for s in args.only.split(",")):
-            continue
-        r = one(label, build, not args.trace_only)
+    full = args.full or os.environ.get("AIACC_REACH_FULL", "") not in ("", "0")
+    chosen = sample(full)
+    if args.labels:
+        wanted = args.labels.split(",")
+        unknown = sorted(set(wanted) - {label for label, _ in chosen})
+        if unknown:
+            ap.error(f"unknown labels {unknown} (see --list{' --full' if not full else ''})")
+        by_label = dict(chosen)
+        chosen = [(label, by_label[label]) for label in dict.fromkeys(wanted)]  # in the order given
+    if args.only:
+        chosen = [item for item in chosen if any(s in item[0] for s in args.only.split(","))]
+    if args.list:
+        print("\n".join(label for label, _ in chosen))
+        return 0
+    rows, start = [], time.time()
+    for label, build in progress.track(chosen, "reach", label=lambda item: item[0]):
+        if args.budget and time.time() - start > args.budget:
+            break
+        r = _with_timeout(args.model_timeout, lambda: one(label, build, not args.trace_only), label)
         rows.append(r)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps({k: v for k, v in r.items() if k != "reasons"} |
+                                   {"reasons": {str(k): str(v)[:300] for k, v in r["reasons"].items()}}) + "\n")
         print(f"{r['model']:36s} traced={'ok' if r['traced'] else 'FAIL':4s} opaque={r['opaque']!s:4s} "
               f"verified={r['verified']!s:5s} {r.get('s', 0):5.1f}s {r['error']} "
               f"{'' if r['opaque'] in (0, None) else r['reasons']}", flush=True)

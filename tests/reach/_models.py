@@ -127,6 +127,101 @@ _HF = {
     "gpt2_lm": ("GPT2LMHeadModel", "GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}),
     "llama_lm": ("LlamaForCausalLM", "LlamaConfig", {"num_key_value_heads": 2}),
 }
+# the widened sweep (benchmarks/reach.py --full): name -> (model class, config class, config kwargs, input
+# kind): "ids" (input_ids + attention_mask), "pixels" (pixel_values at config.image_size, or 32), "audio"
+# (input_values, 400 samples), "features" (input_features: num_mel_bins x 2 * max_source_positions); a
+# class written "WhisperModel.encoder" takes that submodule of the model
+_VISION = {"image_size": 32, "patch_size": 8}
+_HF_MORE = {
+    "convbert": ("ConvBertModel", "ConvBertConfig", {"embedding_size": 32}, "ids"),
+    "funnel": ("FunnelModel", "FunnelConfig", {"d_model": 32, "n_head": 2, "d_head": 16, "d_inner": 64,
+                                               "block_sizes": [1, 1], "num_decoder_layers": 1}, "ids"),
+    "gptj": ("GPTJModel", "GPTJConfig", {"n_embd": 32, "n_layer": 2, "n_head": 2, "rotary_dim": 8,
+                                         "n_positions": 64}, "ids"),
+    "phi3": ("Phi3Model", "Phi3Config", {"num_key_value_heads": 1}, "ids"),
+    "gemma2": ("Gemma2Model", "Gemma2Config", {"num_key_value_heads": 1, "head_dim": 16, "sliding_window": 8},
+               "ids"),
+    "qwen3": ("Qwen3Model", "Qwen3Config", {"num_key_value_heads": 1, "head_dim": 16}, "ids"),
+    "stablelm": ("StableLmModel", "StableLmConfig", {"num_key_value_heads": 1}, "ids"),
+    "starcoder2": ("Starcoder2Model", "Starcoder2Config", {"num_key_value_heads": 1}, "ids"),
+    "olmo": ("OlmoModel", "OlmoConfig", {"num_key_value_heads": 1}, "ids"),
+    "cohere": ("CohereModel", "CohereConfig", {"num_key_value_heads": 1}, "ids"),
+    "granite": ("GraniteModel", "GraniteConfig", {"num_key_value_heads": 1}, "ids"),
+    "codegen": ("CodeGenModel", "CodeGenConfig", {"n_embd": 32, "n_layer": 2, "n_head": 2, "rotary_dim": 8,
+                                                 "n_positions": 64, "n_ctx": 64}, "ids"),
+    "gpt_bigcode": ("GPTBigCodeModel", "GPTBigCodeConfig", {"n_embd": 32, "n_layer": 2, "n_head": 2,
+                                                           "n_positions": 64}, "ids"),
+    "mpt": ("MptModel", "MptConfig", {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}, "ids"),
+    "roformer": ("RoFormerModel", "RoFormerConfig", {"embedding_size": 32}, "ids"),
+    "megatron_bert": ("MegatronBertModel", "MegatronBertConfig", {}, "ids"),
+    "camembert": ("CamembertModel", "CamembertConfig", {}, "ids"),
+    "ernie": ("ErnieModel", "ErnieConfig", {}, "ids"),
+    "data2vec_text": ("Data2VecTextModel", "Data2VecTextConfig", {}, "ids"),
+    "nystromformer": ("NystromformerModel", "NystromformerConfig", {"num_landmarks": 4, "segment_means_seq_len": 16},
+                      "ids"),
+    "fnet": ("FNetModel", "FNetConfig", {}, "ids"),
+    "rembert": ("RemBertModel", "RemBertConfig", {"input_embedding_size": 16, "output_embedding_size": 16},
+                "ids"),
+    "xglm": ("XGLMModel", "XGLMConfig", {"d_model": 32, "num_layers": 2, "attention_heads": 2, "ffn_dim": 64},
+             "ids"),
+    "modernbert": ("ModernBertModel", "ModernBertConfig", {"global_attn_every_n_layers": 2, "local_attention": 8},
+                   "ids"),
+    "longformer": ("LongformerModel", "LongformerConfig", {"attention_window": 4}, "ids"),
+    "big_bird": ("BigBirdModel", "BigBirdConfig", {"attention_type": "original_full"}, "ids"),
+    "mixtral": ("MixtralModel", "MixtralConfig", {"num_key_value_heads": 1, "num_local_experts": 4,
+                                                 "num_experts_per_tok": 2}, "ids"),
+    "t5": ("T5Model", "T5Config", {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4},
+           "seq2seq"),
+    "mbart": ("MBartModel", "MBartConfig", {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+                                           "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+                                           "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}, "seq2seq"),
+    "whisper_encoder": ("WhisperModel.encoder", "WhisperConfig", {"d_model": 32, "encoder_layers": 2,
+                                                                  "decoder_layers": 1, "encoder_attention_heads": 2,
+                                                                  "decoder_attention_heads": 2,
+                                                                  "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+                                                                  "num_mel_bins": 8, "max_source_positions": 16},
+                        "features"),
+    "wav2vec2": ("Wav2Vec2Model", "Wav2Vec2Config", {"conv_dim": (16, 16), "conv_stride": (5, 2),
+                                                     "conv_kernel": (10, 3), "num_conv_pos_embeddings": 16,
+                                                     "num_conv_pos_embedding_groups": 2}, "audio"),
+    "hubert": ("HubertModel", "HubertConfig", {"conv_dim": (16, 16), "conv_stride": (5, 2), "conv_kernel": (10, 3),
+                                               "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2},
+               "audio"),
+    "clip_vision": ("CLIPVisionModel", "CLIPVisionConfig", dict(_VISION), "pixels"),
+    "siglip_text": ("SiglipTextModel", "SiglipTextConfig", {}, "ids_only"),
+    "siglip_vision": ("SiglipVisionModel", "SiglipVisionConfig", dict(_VISION), "pixels"),
+    "deit": ("DeiTModel", "DeiTConfig", dict(_VISION), "pixels"),
+    "beit": ("BeitModel", "BeitConfig", dict(_VISION, use_relative_position_bias=True), "pixels"),
+    "dinov2": ("Dinov2Model", "Dinov2Config", dict(_VISION), "pixels"),
+    "swin": ("SwinModel", "SwinConfig", {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                                         "num_heads": [1, 2], "window_size": 4}, "pixels"),
+    "swinv2": ("Swinv2Model", "Swinv2Config", {"image_size": 32, "patch_size": 4, "embed_dim": 16,
+                                               "depths": [1, 1], "num_heads": [1, 2], "window_size": 4}, "pixels"),
+    "convnext": ("ConvNextModel", "ConvNextConfig", {"hidden_sizes": [8, 16], "depths": [1, 1], "num_stages": 2},
+                 "pixels"),
+    "convnextv2": ("ConvNextV2Model", "ConvNextV2Config", {"hidden_sizes": [8, 16], "depths": [1, 1],
+                                                           "num_stages": 2}, "pixels"),
+    "segformer": ("SegformerModel", "SegformerConfig", {"num_encoder_blocks": 2, "depths": [1, 1],
+                                                        "sr_ratios": [2, 1], "hidden_sizes": [16, 32],
+                                                        "num_attention_heads": [1, 2], "patch_sizes": [7, 3],
+                                                        "strides": [4, 2], "mlp_ratios": [2, 2],
+                                                        "decoder_hidden_size": 32}, "pixels"),
+    "resnet_hf": ("ResNetModel", "ResNetConfig", {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1]},
+                  "pixels"),
+    "regnet_hf": ("RegNetModel", "RegNetConfig", {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1],
+                                                  "groups_width": 8}, "pixels"),
+    "poolformer_hf": ("PoolFormerModel", "PoolFormerConfig", {"hidden_sizes": [16, 32], "depths": [1, 1],
+                                                              "num_encoder_blocks": 2, "patch_sizes": [7, 3],
+                                                              "strides": [4, 2], "padding": [2, 1]}, "pixels"),
+    "mobilevit_hf": ("MobileViTModel", "MobileViTConfig", {"image_size": 64}, "pixels"),
+    "vit_mae": ("ViTMAEModel", "ViTMAEConfig", dict(_VISION, mask_ratio=0.0), "pixels"),
+    "vit_hybrid_free_dpt": ("DPTModel", "DPTConfig", dict(_VISION, num_hidden_layers=4,
+                                                          backbone_out_indices=[0, 1, 2, 3]), "pixels"),
+    "levit_hf": ("LevitModel", "LevitConfig", {}, "pixels224"),
+    "mobilenet_v2_hf": ("MobileNetV2Model", "MobileNetV2Config", {"image_size": 32}, "pixels"),
+    "efficientnet_hf": ("EfficientNetModel", "EfficientNetConfig", {"image_size": 32, "width_coefficient": 0.25,
+                                                                    "depth_coefficient": 0.25}, "pixels"),
+}
 _COMMON = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
            "vocab_size": 100, "max_position_embeddings": 64}
 
@@ -135,7 +230,7 @@ _COMMON = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, 
 def hf_model(name, batch=2, seq=16, with_mask=True):
     """A transformers model from a tiny config with random weights; inputs as a dict of keywords."""
     tr = transformers()
-    model_cls, config_cls, extra = _HF[name]
+    model_cls, config_cls, extra, kind = (*_HF[name], "ids") if name in _HF else _HF_MORE[name]
     config_cls = getattr(tr, config_cls)
     accepted = config_cls().to_dict()
     kwargs = {k: v for k, v in _COMMON.items() if k in accepted}
@@ -149,20 +244,32 @@ def hf_model(name, batch=2, seq=16, with_mask=True):
         config.use_cache = False
     if hasattr(config, "_attn_implementation"):
         config._attn_implementation = "eager"
-    model = getattr(tr, model_cls)(config)
+    cls_name, _, part = model_cls.partition(".")
+    model = getattr(tr, cls_name)(config)
+    if part:
+        model = getattr(model, part)
     g = torch.Generator().manual_seed(0)
-    if name == "vit":
-        x, fresh = _images(config.image_size, batch)
+    if name == "vit" or kind.startswith("pixels"):
+        size = 224 if kind == "pixels224" else getattr(config, "image_size", 32)
+        size = size if isinstance(size, int) else size[0]
+        x, fresh = _images(size, batch)
         return model, {"pixel_values": x}, {"pixel_values": fresh}
+    if kind == "audio":
+        return model, {"input_values": torch.randn(batch, 400, generator=g)}, \
+            {"input_values": torch.randn(batch, 400, generator=g)}
+    if kind == "features":
+        shape = (batch, config.num_mel_bins, 2 * config.max_source_positions)
+        return model, {"input_features": torch.randn(*shape, generator=g)}, \
+            {"input_features": torch.randn(*shape, generator=g)}
     vocab = config.vocab_size
 
     def feed():
         d = {"input_ids": torch.randint(0, vocab, (batch, seq), generator=g)}
-        if with_mask:
+        if with_mask and kind != "ids_only":
             mask = torch.ones(batch, seq, dtype=torch.int64)
             mask[1, seq - 3:] = 0
             d["attention_mask"] = mask
-        if name == "bart":
+        if name == "bart" or kind == "seq2seq":
             d["decoder_input_ids"] = torch.randint(0, vocab, (batch, seq // 2), generator=g)
         return d
     return model, feed(), feed()
