@@ -130,7 +130,19 @@ def _rewrite(m, b):
 RULE = Rule("fuse_elementwise", Op(FUSIBLE_OPS, Opt(), Opt(), Opt(), name="root"), _rewrite, _check,
             doc="A tree of elementwise ops whose inner values are read only inside it is one FusedElementwise.")
 
-register_pass(RewritePass("elementwise_fusion", [RULE], level=3, modes=("inference",), doc="""
+LEVEL3_KEY = "elementwise_fusion"  # graph.meta: set when the pass ran (exporters may then fuse more, measured)
+
+
+class ElementwiseFusionPass(RewritePass):
+    """The rule set as a pass that also marks the graph (graph.meta[LEVEL3_KEY] = True): the torch export
+    then measures its own level-3 fusions too (plugins/torch/se_gate.py: squeeze-excite's gate in the GEMM)."""
+
+    def run(self, graph, ctx) -> int:
+        graph.meta[LEVEL3_KEY] = True
+        return super().run(graph, ctx)
+
+
+register_pass(ElementwiseFusionPass("elementwise_fusion", [RULE], level=3, modes=("inference",), doc="""
 Fuse each maximal tree (or DAG) of elementwise ops (arithmetic, activations, Clip, Max/Min...) whose inner
 values nothing else reads into one aiacc::FusedElementwise node carrying the expression as a program
 attribute; aiacc.core.runtime.numba_kernels compiles the program into one numba loop, a single pass over

@@ -281,8 +281,9 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
     random tensors of the node's input shapes (constants as they are), keep the fastest. Writes
     node.meta[META_KEY] = (kept numba op, note), on an absorbing FusedConv meta[EPILOGUE_KEY] = its post-op,
     and returns {node name: note} ("kept: numba 0.41x", "kept: conv epilogue swish 0.80x", "dropped:
-    slower 1.30x", "dropped: ..." when it cannot run). `timer(fused, unfused) -> (s, s)` replaces the
-    timing (tests)."""
+    slower 1.30x", "dropped: ..." when it cannot run). After the level-3 pass (graph.meta["elementwise_fusion"])
+    it also runs se_gate.choose (squeeze-excite's gate in the projection GEMM) and returns its notes too.
+    `timer(fused, unfused) -> (s, s)` replaces the timing (tests)."""
     import os
 
     from aiacc.core.runtime.numba_kernels import numba_available
@@ -346,4 +347,8 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
         else:
             node.meta.pop(META_KEY + ".form", None)
         notes[node.name] = decision[1]
+    if graph.meta.get("elementwise_fusion"):  # level 3: squeeze-excite's gate folded into the GEMM, measured too
+        from aiacc.plugins.torch.se_gate import choose as choose_se_gates
+
+        notes.update(choose_se_gates(graph))
     return notes
