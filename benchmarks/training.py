@@ -109,8 +109,8 @@ def build(framework: str, model: str, batch: int, args):
 
 def compile_option(args):
     """framework_compile for aiacc.optimize: measured ('auto') in the timing run; in a memory subprocess
-    the timing run's choice, so the child does not measure again."""
-    return {None: "auto", "1": True, "0": False}[args.child_compile]
+    the candidate the timing run chose (by name), so the child does not measure again."""
+    return "auto" if args.child_compile is None else args.child_compile
 
 
 def chosen(fast) -> str:
@@ -145,10 +145,14 @@ def tf_paths(framework, model_name, batch, args) -> dict:
             return (lambda: s(xt)), ""
         return make
 
+    built = {}  # one aiacc.optimize (one measured choice) serves the three aiacc paths of a timing run
+
     def optimized(compile_):
         def make():
-            m, x = build(framework, model_name, batch, args)
-            fast = aiacc.optimize(m, x, mode="train", framework_compile=compile_option(args))
+            if "fast" not in built:
+                m, x = build(framework, model_name, batch, args)
+                built["fast"] = aiacc.optimize(m, x, mode="train", framework_compile=compile_option(args)), x
+            fast, x = built["fast"]
             xt = tf.constant(x)
             s = step_of(fast, lambda a: fast(a, training=True), compile_)
             return (lambda: s(xt)), chosen(fast)
@@ -263,13 +267,24 @@ def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str], not
     """The child's figures for one path, or None (printed to stderr) when it failed."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", f"{fw}:{model}:{batch}:{path}"]
     if note:  # an aiacc path: the child uses the timing run's choice instead of measuring again
-        cmd += ["--child-compile", "1" if "+" in note else "0"]
+        cmd += ["--child-compile", note]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     for line in reversed(r.stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)
     print(f"memory of {fw} {model} {batch} {path} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
     return None
+
+
+def summary(fw: str, model: str, batch: int, ms: dict) -> str:
+    """One line per row of the issue's table: each aiacc path against the original (the first path) and
+    against the fastest of the framework's own paths (the others not named aiacc)."""
+    names = list(ms)
+    peers = [k for k in names[1:] if not k.startswith("aiacc")]
+    best = min(peers, key=ms.get) if peers else names[0]
+    parts = [f"{k} {ms[k]:.1f} ms: {ms[k] / ms[names[0]]:.2f} of {names[0]}, {ms[k] / ms[best]:.2f} of {best}"
+             for k in names if k.startswith("aiacc")]
+    return f"summary {fw} {model} b{batch}: " + "; ".join(parts)
 
 
 def main(argv=None) -> int:
@@ -287,7 +302,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the per-path memory subprocesses")
     ap.add_argument("--quick", action="store_true", help="small BERT-style encoder, batch 8, 3 rounds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--child-compile", choices=("0", "1"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-compile", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:  # minutes, not tens of minutes: the memory subprocesses are left out
         args.models, args.batches, args.seq, args.iters, args.no_memory = "bert_encoder", "8", 32, 3, True
@@ -326,6 +341,7 @@ def main(argv=None) -> int:
                                   (f" [{notes[path]}]" if notes[path] else ""), markup=False)
                 for path, why in skipped.items():
                     table.add_row(fw, model, str(batch), path, "-", "-", "-", why)
+                console.print(summary(fw, model, batch, {k: median_ms(v) for k, v in times.items()}), markup=False)
     console.print(table)
     return 0
 

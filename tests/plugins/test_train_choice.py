@@ -66,7 +66,7 @@ def test_true_and_false_do_not_measure():
 def test_option_and_results_checks():
     assert option({}) == "auto" and option({"framework_compile": False}) is False
     with pytest.raises(OptionError, match="framework_compile must be"):
-        option({"framework_compile": "yes"})
+        option({"framework_compile": 3})
     assert same_results([np.ones(3)], [np.ones(3) * (1 + 1e-6)]) == ""
     assert "gradient 0 differs" in same_results([np.ones(1), np.ones(3)], [np.ones(1), np.zeros(3)])
     m = attach(Model(0), choose("g", lambda: None, step_of, Model(0), False, "c")[1])
@@ -91,3 +91,13 @@ def test_the_fastest_of_several_is_chosen_and_the_warning_gives_every_time():
     assert choice.path == "original" and chosen.seconds == 0.002
     assert set(choice.ms) == {"aiacc graph", "aiacc graph + the compiler", "original"}
     assert len(said) == 1 and all(f"{k} {v:.1f} ms" in said[0] for k, v in choice.ms.items())
+
+
+def test_a_candidates_name_is_used_unmeasured_and_another_name_is_refused_naming_them():
+    base, other = Model(0.0, fail=True), Model(0.0, fail=True)  # a measured step would raise
+    more = {"original": lambda: other}
+    chosen, choice = choose("g", lambda: None, step_of, base, "original", "c", more=more)
+    assert chosen is other and choice.path == "original" and not choice.ms
+    assert choose("g", lambda: None, step_of, base, "g", "c", more=more)[0] is base
+    with pytest.raises(OptionError, match="'g', 'g \\+ c', 'original'\\), not 'yes'"):
+        choose("g", lambda: None, step_of, base, "yes", "c", more=more)

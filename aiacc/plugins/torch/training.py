@@ -1,6 +1,9 @@
-"""mode="train" for PyTorch: aiacc's exported fx.GraphModule, the same module under torch.compile, or a copy
-of the original module run eagerly, whichever measures fastest at optimize time (aiacc.plugins.train_choice).
-Each has its own parameters under the original's names, starting from the original's values."""
+"""mode="train" for PyTorch: aiacc's exported fx.GraphModule (its ReLUs and residual adds in place where
+autograd allows, aiacc.plugins.torch.inplace), the same module under torch.compile, or a copy of the
+original module run eagerly or under torch.compile, whichever measures fastest at optimize time
+(aiacc.plugins.train_choice): where torch.compile of the user's own module wins (inductor may compile it
+better than aiacc's graph), that is what runs, and aiacc_train_path says so. Each has its own parameters
+under the original's names, starting from the original's values."""
 from __future__ import annotations
 
 import copy
@@ -8,12 +11,13 @@ from typing import Any, Callable
 
 import torch
 
-from aiacc.plugins.train_choice import TrainChoice, attach, choose
+from aiacc.plugins.train_choice import TrainChoice, attach, choose, same_results
 
 # the candidates' names, as aiacc_train_path and the report give them
 GRAPH = "aiacc graph"
 COMPILED = "aiacc graph + torch.compile"
 ORIGINAL = "original module (eager)"
+ORIGINAL_COMPILED = "original module + torch.compile"
 
 
 def _loss(out: Any) -> torch.Tensor:
@@ -52,12 +56,21 @@ def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any
     from aiacc.plugins.torch.importer import normalize_inputs
 
     report = getattr(module, "aiacc_report", None)
+    more = {} if original is None else {ORIGINAL: lambda: _copy(original, module),
+                                        ORIGINAL_COMPILED: lambda: _compiled(_copy(original, module))}
     if example_inputs is None:
-        if setting is True:
-            return attach(_compiled(module), TrainChoice(COMPILED, reason="framework_compile=True"))
+        if setting not in ("auto", False):  # True or a candidate's name: nothing to measure
+            return attach(*choose(GRAPH, lambda: _compiled(module), None, module, setting, "torch.compile",
+                                  more=more))
         return attach(module, TrainChoice(GRAPH, reason="no example inputs to measure on"))
     args, kwargs = normalize_inputs(module, example_inputs)
-    more = {} if original is None else {ORIGINAL: lambda: _copy(original, module)}
+    if isinstance(module, torch.fx.GraphModule) and getattr(module, "aiacc_memory_plan", None) is None:
+        from aiacc.plugins.torch.inplace import make_inplace
+
+        lines = make_inplace(module, args, kwargs, lambda m: _step_of(m, args, kwargs),
+                             lambda a, b: same_results(a, b, rtol=1e-6, atol=0.0, grad_rtol=1e-6), _arrays)
+        if lines and report is not None:
+            report.note("inplace", lines)
     chosen, choice = choose(GRAPH, lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
                             module, setting, "torch.compile", to_arrays=_arrays, more=more)
     if report is not None and choice.ms:

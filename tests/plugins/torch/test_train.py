@@ -76,6 +76,8 @@ def test_steps_end_with_the_same_parameters_and_bn_statistics(steps):
     assert_same(state(ref), {k: got[k] for k in state(ref)})
     assert not torch.allclose(got["bn.running_mean"], torch.zeros(8))  # the statistics moved
     assert int(got["bn.num_batches_tracked"]) == steps
+    # the stem's and conv2's ReLUs ran in place (h + relu(...) does not: relu's backward reads h)
+    assert fast.aiacc_report["inplace"].notes[0].startswith("2 relu -> relu_, 0 add -> add_")
 
 
 def test_under_torch_compile_three_steps_match_and_the_choice_is_said():
@@ -98,7 +100,8 @@ def test_auto_measures_both_candidates_and_keeps_the_original_untouched():
         warnings.simplefilter("always")
         fast = aiacc.optimize(m, (x,), mode="train")
     choice = fast.aiacc_train_choice
-    assert set(choice.ms) == {"aiacc graph", "aiacc graph + torch.compile", "original module (eager)"}
+    assert set(choice.ms) == {"aiacc graph", "aiacc graph + torch.compile", "original module (eager)",
+                              "original module + torch.compile"}
     assert choice.path in choice.ms and choice.reason
     said = [str(w.message) for w in caught if "runs the step as" in str(w.message)]
     assert bool(said) == (choice.path != "aiacc graph")
