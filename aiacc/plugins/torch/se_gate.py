@@ -52,7 +52,7 @@ def se_gated_conv1x1(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, 
     wt = weight.reshape(o, c)
     if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
         xs = x.permute(0, 2, 3, 1).reshape(n, h * w, c)  # a view: [N, HW, C]
-        wg = wt.t().unsqueeze(0) * g  # [N, C, O]
+        wg = (wt.t().unsqueeze(0) * g).expand(n, c, o)  # [N, C, O] (one gate for the batch: broadcast)
         base = bias.view(1, 1, o) if bias is not None else None
         if residual is not None:
             r = residual.permute(0, 2, 3, 1).reshape(n, h * w, o)
@@ -61,7 +61,7 @@ def se_gated_conv1x1(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, 
         y = y.view(n, h, w, o).permute(0, 3, 1, 2)  # channels-last [N, O, H, W]
     else:
         xs = x.reshape(n, c, h * w)
-        wg = wt.unsqueeze(0) * g.view(-1, 1, c)  # [N, O, C]
+        wg = (wt.unsqueeze(0) * g.view(-1, 1, c)).expand(n, o, c)  # [N, O, C]
         base = bias.view(1, o, 1) if bias is not None else None
         if residual is not None:
             r = residual.reshape(n, o, h * w)
