@@ -100,6 +100,19 @@ class TorchPlugin(Plugin):
             graph.meta["torch.state_arrays"] = arrays
         return graph
 
+    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", providers: Any = None,
+               **options: Any) -> Any:
+        """Plugin.export, plus backend="auto": the native module, carrying the maker of the onnxruntime
+        module (from its own copy of the graph) for optimize's measured choice (backend_choice.py)."""
+        if backend != "auto":
+            return super().export(graph, original=original, backend=backend, providers=providers, **options)
+        for_ort = graph.copy()  # the native export annotates its graph (kept fusions); onnxruntime gets its own
+        native = self.export_native(graph, original=original, **options)
+        # a plain attribute (object.__setattr__), so nn.Module does not register anything; popped by optimize
+        object.__setattr__(native, "_aiacc_make_ort", lambda: self.export_onnxruntime(
+            for_ort, original=original, providers=providers, **options))
+        return native
+
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
         """An fx.GraphModule computing the graph (the original module supplies opaque calls and state)."""
         from aiacc.plugins.torch import export_ops  # noqa: F401  (fills the exporter's op table)
@@ -208,6 +221,9 @@ class TorchPlugin(Plugin):
     def _optimize_torch(self, model: Any, example_inputs: Any, options: dict) -> Any:
         explicit = options.get("mode") is not None
         options["mode"] = normalize_mode(options.get("mode"), model)
+        auto_backend = options.get("backend") == "auto"
+        if auto_backend and options["mode"] == "training":  # onnxruntime runs inference only
+            options["backend"], auto_backend = "native", False
         if options.get("backend") == "onnxruntime" and options["mode"] == "training":
             raise UnsupportedError("backend='onnxruntime' runs inference only; use backend='native' for mode='train'")
         budget = options.pop("memory_budget", None)
@@ -219,6 +235,8 @@ class TorchPlugin(Plugin):
         as_eval = options["mode"] == "inference" and model.training
         with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"), _eval_for_inference(model, options["mode"]):
             out = super().optimize(model, example_inputs, **options)
+            if auto_backend:  # measured: native or onnxruntime (backend_choice.py)
+                out = _choose_backend(self, model, out, example_inputs)
             if example_inputs is not None and hasattr(out, "register_forward_pre_hook"):
                 from aiacc.plugins.torch.export_frontend import ArgumentGuard  # untraced keywords: an error
 
@@ -249,6 +267,24 @@ class TorchPlugin(Plugin):
                     if value is not None:
                         setattr(out, name, value)
         return out
+
+
+def _choose_backend(plugin: Any, model: Any, native: Any, example_inputs: Any) -> Any:
+    """backend="auto": the native result or its onnxruntime twin, whichever measured faster."""
+    from aiacc.plugins.torch.backend_choice import BackendChoice, _said, choose_backend
+
+    make_ort = native.__dict__.pop("_aiacc_make_ort", None)
+    report = getattr(native, "aiacc_report", None)
+    if example_inputs is None or make_ort is None:
+        out, _ = _said(native, BackendChoice("native", reason="no example inputs to measure on"), report)
+        return out
+    out, _ = choose_backend(plugin, model, native, make_ort, example_inputs, report)
+    if out is not native:
+        out.aiacc_report = report
+        for name in ("aiacc_fused_elementwise",):  # what the native export says, for the report
+            if hasattr(native, name):
+                object.__setattr__(out, name, getattr(native, name))
+    return out
 
 
 @contextlib.contextmanager
