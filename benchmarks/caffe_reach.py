@@ -3,6 +3,11 @@ ResNet-50/101/152, SqueezeNet, MobileNet v1/v2, DenseNet-121, MobileNet-SSD), on
 
     .venv/bin/python benchmarks/caffe_reach.py                      # all of them (minutes on 2 cores)
     .venv/bin/python benchmarks/caffe_reach.py --nets resnet50,vgg16 --iters 5 --batch 1
+    .venv/bin/python benchmarks/caffe_reach.py --nets forms         # the reduced public forms (caffe_nets.FORMS)
+
+`--nets` takes names of caffe_nets.NETS and caffe_nets.FORMS (the nets written from the public definitions of
+OpenCV's face SSD, FCN, HED, OpenPose, SE-ResNeXt, ShuffleNet, YOLO, Faster R-CNN...; "forms" for all of them:
+the ones OpenCV cannot run, SegNet's Upsample and py-faster-rcnn's Python layer, print their error).
 
 Each net gets the check of tests/reach/test_caffe_public.py (random weights written as a caffemodel, load,
 optimize, save back; on an input optimize never saw, aiacc's forward of the optimized net and OpenCV dnn on
@@ -60,19 +65,22 @@ def time_net(r, iters: int) -> dict[str, float]:
     each runtime; "chosen": the runtime forward (runtime="auto") measured faster and runs."""
     feeds = r.inputs
     fast = r.models["aiacc"]
-    outs = list(r.outputs)
     on = {}
     for rt in ("aiacc", "onnxruntime"):
         on[rt] = copy.copy(fast)  # the same net and graph, its own runner
         on[rt].runtime = rt
 
-    def cv(net):
+    def cv(net, model):
+        # OpenCV's names of the layers writing the outputs (a repeated layer name gets _1...: HED)
+        names = C.opencv_names(net, model.net, [(b, C._writer(model.net, b).name) for b in model.outputs])
+
         def run():
             for k, v in feeds.items():
                 net.setInput(v, k)
-            net.forward(outs)
+            net.forward(names)
         return run
-    runs = {"opencv": cv(r.models["opencv"]), "opencv-opt": cv(r.models["opencv saved-back"]),
+    back = C.saved_back(r)
+    runs = {"opencv": cv(r.models["opencv"], r.models["original"]), "opencv-opt": cv(r.models["opencv saved-back"], back),
             "rt": lambda: on["aiacc"].forward(**feeds), "ort": lambda: on["onnxruntime"].forward(**feeds),
             "forward": lambda: fast.forward(**feeds)}
     for run in runs.values():  # warm-up (OpenCV allocates and fuses on the first call; forward measures)
@@ -91,16 +99,17 @@ def time_net(r, iters: int) -> dict[str, float]:
 def main(argv=None) -> int:
     """Run the sweep; print one line per net (and a header)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nets", default=",".join(C.NETS), help="comma-separated names of tests/reach/caffe_nets.NETS")
+    ap.add_argument("--nets", default=",".join(C.NETS),
+                    help="comma-separated names of tests/reach/caffe_nets.NETS or .FORMS ('forms': all of FORMS)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="threads of every runtime (default 2)")
     args = ap.parse_args(argv)
-    names = [n for n in args.nets.split(",") if n]
-    unknown = [n for n in names if n not in C.NETS]
+    names = [m for n in args.nets.split(",") if n for m in (C.FORMS if n == "forms" else [n])]
+    unknown = [n for n in names if n not in C.NETS and n not in C.FORMS]
     if unknown:
-        ap.error(f"unknown net {unknown[0]!r}; known: {', '.join(C.NETS)}")
+        ap.error(f"unknown net {unknown[0]!r}; known: {', '.join(list(C.NETS) + list(C.FORMS))}")
     import cv2
     import numba
     import onnxruntime

@@ -17,7 +17,7 @@ from aiacc.plugins.caffe.schema import pb
 from tests.reach import caffe_nets as C
 
 needs_cv = pytest.mark.skipif(not opencv_layer.available(), reason="OpenCV (cv2) is not installed")
-SSD_TYPES = {"Permute", "PriorBox", "DetectionOutput"}
+SSD_TYPES = {"PriorBox", "DetectionOutput"}  # Permute is a Transpose in the IR (saved back as Permute)
 
 
 @needs_cv
@@ -28,6 +28,10 @@ def test_public_net_loads_optimizes_saves_and_equals_opencv(name, tmp_path):
     ssd = name.startswith("mobilenet-ssd")
     # only the SSD fork's layers stay opaque (OpenCV runs them); everything else is IR the passes work on
     assert set(r.opaque) == (SSD_TYPES if ssd else set()), r.opaque
+    if ssd:  # the heads' Permute layers became Transposes and were written back as Permute layers
+        types = [layer.type for layer in r.models["original"].net.layer]
+        assert r.ops_removed.get("Transpose", 0) == 0 and types.count("Permute") == 12
+        assert [n.op for n in r.models["aiacc"].graph].count("Transpose") == 12
     assert len(r.compared) > len(r.outputs)  # the logits / head blobs too, not only a (saturable) Softmax
     for what, err in r.errors.items():
         assert err <= C.RTOL, f"{name}: {what}: max relative error {err:.3g} over {r.compared}"

@@ -8,7 +8,8 @@
 
 There is no Caffe runtime: files are read and written with protobuf through the schema in caffe.proto
 (caffe_pb2.py is generated from it), and CaffeModel.forward runs on aiacc's reference executor.
-Submodules: proto (files, legacy upgrades, blobs), importer (layers -> IR), exporter (IR -> layers),
+Submodules: proto (files, legacy upgrades, blobs), unknown_fields (the forks' fields kept as text), importer
+(layers -> IR), layer_kernels (numpy kernels of opaque layers OpenCV cannot run), exporter (IR -> layers),
 model (CaffeModel), ort (OrtCaffeModel, backend='onnxruntime'), translator (the Plugin; `plugin` here), files (the
 CLI's entry points). Import-light: CaffeModel, OrtCaffeModel, register_layer and unregister_layer are
 imported (with protobuf) on first use.

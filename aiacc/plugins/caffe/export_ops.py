@@ -619,6 +619,19 @@ def _op_Concat(ex, node: Node) -> None:
         layer.concat_param.axis = axis
 
 
+@LAYERS.register("Transpose")
+def _op_Transpose(ex, node: Node) -> None:
+    """The SSD fork's Permute (OpenCV reads it); a Caffe without that fork has no layer for it."""
+    shape = node.inputs[0].shape
+    perm = node.attr("perm")
+    if perm is None:
+        if shape is None:
+            raise ex.unsupported(node, "no perm and an input of unknown rank")
+        perm = list(range(len(shape)))[::-1]
+    layer = ex.add_layer("Permute", node, [node.inputs[0]], node.outputs)
+    layer.permute_param.order.extend(int(a) for a in perm)
+
+
 @LAYERS.register("Split")
 def _op_Split(ex, node: Node) -> None:
     x = node.inputs[0]

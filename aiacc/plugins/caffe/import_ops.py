@@ -11,6 +11,7 @@ import numpy as np
 
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
+from aiacc.errors import GraphError
 from aiacc.plugins.caffe.importer import TRANSLATORS, LayerContext, int_list
 from aiacc.plugins.caffe.schema import pb
 
@@ -89,8 +90,10 @@ def _depthwise_convolution(ctx: LayerContext) -> list[Value]:
 
 @TRANSLATORS.register("Pooling")
 def _pooling(ctx: LayerContext) -> list[Value]:
-    ctx.need_bottoms(1)
     p = ctx.layer.pooling_param
+    if len(ctx.layer.top) == 2 and len(ctx.bottoms) == 1 and p.pool == pb.PoolingParameter.MAX:
+        raise Untranslatable("MAX pooling with its argmax mask as a second top (SegNet/ENet)")
+    ctx.need_bottoms(1)
     shape = ctx.maybe_shape()
     if shape is not None and len(shape) != 4:
         raise ctx.fail(f"Caffe pooling takes a 4-d input, got shape {shape}")
@@ -218,6 +221,11 @@ def _param_axes(ctx: LayerContext, shape, axis: int, num_axes: int, second) -> t
     axis %= max(r, 1)
     if second is not None:
         pshape = list(second)
+        if shape[axis:axis + len(pshape)] != pshape:
+            # SENet's gate: a (N, C, 1, 1) second bottom scales (N, C, H, W) from axis 0; its trailing 1s
+            # cover nothing (SENet's Caffe and OpenCV read it so)
+            while pshape and pshape[-1] == 1 and shape[axis:axis + len(pshape)] != pshape:
+                pshape.pop()
         if pshape and shape[axis:axis + len(pshape)] != pshape:
             raise ctx.fail(f"bottom 1 of shape {pshape} does not match bottom 0 of shape {shape} from axis {axis}")
         return axis, pshape
@@ -367,6 +375,29 @@ def _slice(ctx: LayerContext) -> list[Value]:
     return ctx.final("Split", ctx.x(), ctx.const(np.asarray(sizes, dtype=np.int64), "split"), n_out=n, axis=axis)
 
 
+@TRANSLATORS.register("Permute")
+def _permute(ctx: LayerContext) -> list[Value]:
+    """The SSD fork's Permute: `order` gives the new order of the axes; axes it leaves out follow in their
+    own order (the fork's rule). As a Transpose the detection heads stay IR (and in one onnxruntime session)."""
+    ctx.need_bottoms(1)
+    r = len(ctx.shape())
+    order = int_list(ctx.layer.permute_param.order)
+    if len(set(order)) != len(order) or any(not 0 <= a < r for a in order):
+        raise ctx.fail(f"order {order} is not a permutation of the axes of a rank-{r} bottom")
+    order += [a for a in range(r) if a not in order]
+    if order == list(range(r)):
+        return ctx.final("Identity", ctx.x())
+    return ctx.final("Transpose", ctx.x(), perm=order)
+
+
+@TRANSLATORS.register("Silence")
+def _silence(ctx: LayerContext) -> list[Value]:
+    """Silence reads its bottoms (so they are no net outputs) and computes nothing."""
+    if ctx.layer.top:
+        raise ctx.fail(f"has {len(ctx.layer.top)} tops; Silence has none", GraphError)
+    return []
+
+
 @TRANSLATORS.register("Split")
 def _split(ctx: LayerContext) -> list[Value]:
     ctx.need_bottoms(1)
@@ -484,3 +515,7 @@ def _power(ctx: LayerContext) -> list[Value]:
             return ctx.final(op, v, c)
         v = ctx.inner(op, v, c, sub=f"{what}d")
     raise AssertionError("unreachable")
+
+
+# the opaque layer types aiacc runs with numpy kernels of its own (registered on import)
+from aiacc.plugins.caffe import layer_kernels  # noqa: E402,F401

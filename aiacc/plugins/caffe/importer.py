@@ -9,8 +9,10 @@ last written.
 Each layer type's translator is registered in the table TRANSLATORS by aiacc.plugins.caffe.import_ops. A
 layer type aiacc does not translate (or a configuration it cannot express) becomes an opaque node in
 the domain "caffe" whose `layer_param` attribute holds the LayerParameter in text form (blobs become
-initializer inputs after the bottoms), so the exporter can put the layer back unchanged. It runs on the
-reference executor only if a kernel was registered for its type with `register_layer`.
+initializer inputs after the bottoms), so the exporter can put the layer back unchanged. It runs through the
+kernel registered for its type with `register_layer`, else aiacc's own numpy kernel (layer_kernels), else
+OpenCV dnn (opencv_layer, which also gives its output shapes). A layer holding fields the schema does not
+declare (kept as text by unknown_fields) stays opaque unless its translator reads them (FORK_FIELDS).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, GraphError, KernelError, ParseError, ShapeError, UnsupportedError, fallback
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import blob_shape, blob_to_array, layer_phase_ok, legacy_inputs
+from aiacc.plugins.caffe.unknown_fields import field_name
 
 OPAQUE_DOMAIN = "caffe"
 
@@ -33,6 +36,10 @@ OPAQUE_DOMAIN = "caffe"
 # imports it; this module never does).
 TRANSLATORS = OpTable("caffe layers")
 
+# Caffe layer type -> {field name: message class}: the forks' parameter fields its translator reads from the
+# layer's kept text (aiacc_unknown_text, see unknown_fields). A layer with any other kept field stays opaque.
+FORK_FIELDS: dict[str, dict[str, Any]] = {}
+
 
 # ------------------------------------------------------------------------------------------------
 # user kernels for layer types aiacc does not know
@@ -40,13 +47,33 @@ TRANSLATORS = OpTable("caffe layers")
 @dataclass
 class CustomLayer:
     """A numpy implementation of a Caffe layer type: kernel(layer_param, *bottoms_then_blobs) -> top array(s);
-    infer(layer_param, bottom_shapes) -> top shapes (optional: else found by running the kernel on zeros)."""
+    infer(layer_param, bottom_shapes) -> top shapes (optional: else found by running the kernel on zeros);
+    blobs(layer_param, bottom_shapes) -> [(what, shape)] of the weight blobs it reads (optional: for
+    CaffeModel.fill_random)."""
 
     kernel: Callable[..., Any]
     infer: Callable[..., Sequence[Sequence[int]]] | None = None
+    blobs: Callable[..., Sequence[tuple[str, Sequence[int]]]] | None = None
+    accepts: Callable[..., bool] | None = None  # which layers of the type it computes (default: all)
 
 
-_CUSTOM: dict[str, CustomLayer] = {}
+_CUSTOM: dict[str, CustomLayer] = {}  # the user's (register_layer)
+# aiacc's own numpy kernels of the Caffe layer types that stay opaque and OpenCV cannot run (Threshold,
+# Reduction, ArgMax, Tile, Embed, Clip, the forks' Upsample...), filled by aiacc.plugins.caffe.layer_kernels;
+# a user's kernel for the same type comes first
+BUILTIN_LAYERS: dict[str, CustomLayer] = {}
+# opaque layer type -> blobs(layer_param, bottom_shapes) -> [(what, shape)] of the weight blobs it reads, for
+# CaffeModel.fill_random on layers OpenCV runs (the SSD fork's Normalize scale); filled by layer_kernels
+OPAQUE_BLOBS: dict[str, Callable[..., Sequence[tuple[str, Sequence[int]]]]] = {}
+
+
+def custom_layer(layer_type: str, layer=None) -> CustomLayer | None:
+    """The numpy kernel for an opaque layer: the user's for its type (register_layer), else aiacc's own
+    where it computes that layer."""
+    if layer_type in _CUSTOM:
+        return _CUSTOM[layer_type]
+    own = BUILTIN_LAYERS.get(layer_type)
+    return own if own is not None and (own.accepts is None or layer is None or own.accepts(layer)) else None
 
 
 def register_layer(layer_type: str, kernel: Callable[..., Any],
@@ -65,7 +92,7 @@ def opaque_kernel(node) -> Callable[..., Any] | None:
     layer_text = node.attrs.get("layer_param", "")
     layer = pb.LayerParameter()
     text_format.Parse(layer_text, layer)
-    custom = _CUSTOM.get(node.op)
+    custom = custom_layer(node.op, layer)
     reason = node.attrs.get("reason")
     if custom is None:
         def refuse(*_args):
@@ -80,17 +107,30 @@ def opaque_kernel(node) -> Callable[..., Any] | None:
 
 
 def _unknown_source(v: Value):
-    """The opaque node (a layer type aiacc does not know) an unknown shape comes from, if any."""
-    seen, todo = set(), [v]
+    """The opaque node (a layer type aiacc does not know) an unknown shape comes from, if any: the first one
+    on the way up whose own inputs all have known shapes (the cause, not a layer that only inherited it)."""
+    seen, todo, found = set(), [v], None
     while todo:
         node = todo.pop().producer
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        unknown = [x for x in node.inputs if x is not None and x.shape is None]
         if node.is_opaque:
-            return node
-        todo += [x for x in node.inputs if x is not None and x.shape is None]
-    return None
+            found = found or node
+            if not unknown:
+                return node
+        todo += unknown
+    return found
+
+
+def _why_unknown(node) -> str:
+    """Why an opaque layer's tops have no shapes, for the error of a layer after it."""
+    if node.op == "Python":
+        return (f"a Python layer, whose code is not in the file: nothing here can run it or know its shapes; "
+                f"register a kernel and shapes with aiacc.plugins.caffe.register_layer('Python', kernel, infer)")
+    return (f"which neither aiacc nor OpenCV dnn can run here: register its kernel and shapes with "
+            f"aiacc.plugins.caffe.register_layer({node.op!r}, kernel, infer)")
 
 
 def int_list(values) -> list[int]:
@@ -187,7 +227,12 @@ class Importer:
         translate = TRANSLATORS.get(layer.type)
         outs = None
         start = self.g.checkpoint()  # for the view: every node made from this layer records it
-        if translate is not None:
+        unknown = [field_name(t) for t in layer.aiacc_unknown_text]
+        foreign = [f for f in unknown if f not in FORK_FIELDS.get(layer.type, {})]
+        if foreign:  # what the schema lacks may change what the layer computes: the runtime at hand reads it
+            outs = self._opaque(layer, bottoms, reason=f"fields aiacc's Caffe schema does not declare: "
+                                                       f"{', '.join(dict.fromkeys(foreign))}", opencv=True)
+        elif translate is not None:
             mark = self.g.checkpoint()
             try:
                 outs = translate(LayerContext(self, layer, bottoms))
@@ -205,7 +250,7 @@ class Importer:
         for top, v in zip(layer.top, outs):
             self._wrote(top, v)
 
-    def _opaque(self, layer, bottoms: list[Value], reason: str | None = None) -> list[Value]:
+    def _opaque(self, layer, bottoms: list[Value], reason: str | None = None, opencv: bool = False) -> list[Value]:
         """Keep the layer as it is: an opaque node carrying its LayerParameter."""
         bare = pb.LayerParameter()
         bare.CopyFrom(layer)
@@ -217,12 +262,16 @@ class Importer:
         attrs = {"layer_param": text_format.MessageToString(bare)}
         if reason:
             attrs["reason"] = reason
-        custom = _CUSTOM.get(layer.type)
+        custom = custom_layer(layer.type, layer)
         types = [None] * len(layer.top)
         cv_kernel = None
+        if self.probe and not layer.blobs and custom is None and layer.type in OPAQUE_BLOBS:
+            inputs += self._custom_blobs(layer, CustomLayer(None, blobs=OPAQUE_BLOBS[layer.type]), bottoms)
         if custom is not None:
+            if custom.blobs is not None and not layer.blobs:
+                inputs += self._custom_blobs(layer, custom, bottoms)
             types = self._custom_types(layer, custom, inputs, len(layer.top))
-        elif reason is None:  # a type no rule knows (not one whose translator refused a setting)
+        elif reason is None or opencv:  # a type no rule knows (not one whose translator refused a setting)
             types, cv_kernel = self._opencv_layer(layer, bottoms, types)
         names = [self._out_name(top, layer, i) for i, top in enumerate(layer.top)]
         node = self.g.add_opaque(layer.type, inputs, domain=OPAQUE_DOMAIN, name=layer.name, outputs=names,
@@ -244,9 +293,28 @@ class Importer:
         except ShapeError as e:
             fallback(f"caffe.opencv:{layer.type}", f"{e}; its tops have unknown shapes")
             return types, None
-        if len(outs) != len(layer.top):
+        if len(outs) < len(layer.top):
             return types, None
+        # OpenCV may declare optional outputs the layer does not name (Proposal's scores): the first ones
+        outs = outs[:len(layer.top)]
         return [TensorType("float32", s) for s in outs], lambda *arrays: run(*arrays[:len(bottoms)])
+
+    def _custom_blobs(self, layer, custom: CustomLayer, bottoms: list[Value]) -> list[Value]:
+        """The weight blobs a builtin kernel reads, for a layer that has none: in probe mode (fill_random)
+        recorded and given as ones; else a clear error, as for a translated layer."""
+        shapes = [v.shape for v in bottoms]
+        if any(s is None for s in shapes):
+            return []
+        expected = [(w, [int(d) for d in s]) for w, s in custom.blobs(layer, [list(s) for s in shapes])]
+        if not expected:
+            return []
+        if not self.probe:
+            what = ", ".join(f"{w} {s}" for w, s in expected)
+            raise ShapeError(f"layer {layer.name!r} ({layer.type}): needs {len(expected)} weight blob(s) ({what}) "
+                             f"but has 0{self.weights_hint}")
+        self.probed.append((layer, expected))
+        return [self.g.add_initializer(f"{layer.name}/blob{i}", np.ones(s, np.float32))
+                for i, (_, s) in enumerate(expected)]
 
     def _custom_types(self, layer, custom: CustomLayer, inputs: list[Value], n_out: int):
         shapes = [v.shape for v in inputs]
@@ -297,8 +365,7 @@ class LayerContext:
         s = self.bottoms[i].shape
         if s is None or not all(isinstance(d, int) for d in s):
             made = _unknown_source(self.bottoms[i]) if s is None else None
-            why = (f" (it comes from layer {made.name!r} of type {made.op!r}, which aiacc does not know: register "
-                   f"its kernel and shapes with aiacc.plugins.caffe.register_layer)" if made is not None else "")
+            why = f" (it comes from layer {made.name!r} of type {made.op!r}, {_why_unknown(made)})" if made is not None else ""
             raise self.fail(f"bottom {self.layer.bottom[i]!r} has an unknown shape {s}{why}")
         return list(s)
 
@@ -343,6 +410,20 @@ class LayerContext:
                                     f"prototxt implies {list(want)}")
             out.append(a)
         return out
+
+    def fork_param(self, field: str):
+        """The fork's parameter message `field` (declared in FORK_FIELDS for this layer type) parsed from the
+        layer's kept text; a default message when the layer does not give it."""
+        cls = FORK_FIELDS[self.layer.type][field]
+        msg = cls()
+        for kept in self.layer.aiacc_unknown_text:
+            if field_name(kept) == field:
+                body = kept.strip()[len(field):].lstrip().lstrip(":").strip()
+                try:
+                    text_format.Parse(body[1:-1] if body.startswith("{") else body, msg)
+                except text_format.ParseError as e:
+                    raise self.fail(f"{field}: {e}", ParseError) from None
+        return msg
 
     def const(self, array, what: str) -> Value:
         v = self.g.add_initializer(f"{self.layer.name}/{what}", np.asarray(array))

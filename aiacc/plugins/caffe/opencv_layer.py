@@ -10,9 +10,9 @@ import importlib.util
 from typing import Callable, Sequence
 
 import numpy as np
-from google.protobuf import text_format
 
 from aiacc.errors import KernelError, ShapeError
+from aiacc.plugins.caffe.proto import to_prototxt
 from aiacc.plugins.caffe.schema import pb
 
 
@@ -24,7 +24,7 @@ def available() -> bool:
 def _one_layer_net(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]):
     """(prototxt bytes, caffemodel bytes) of a net holding only `layer`, its bottoms as inputs."""
     net = pb.NetParameter(name=f"aiacc_{layer.name}")
-    for bottom, shape in zip(layer.bottom, shapes):
+    for bottom, shape in dict(zip(layer.bottom, shapes)).items():  # a blob read twice (Axpy) is one input
         net.input.append(bottom)
         net.input_shape.add().dim.extend(int(d) for d in shape)
     one = net.layer.add()
@@ -32,9 +32,7 @@ def _one_layer_net(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]):
     del one.top[:]
     one.top.extend(_tops(layer))
     weights = net.SerializeToString()
-    for lp in net.layer:
-        del lp.blobs[:]
-    return text_format.MessageToString(net).encode(), weights
+    return to_prototxt(net).encode(), weights  # blobs left out, the fields aiacc's schema lacks written back
 
 
 def _tops(layer: pb.LayerParameter) -> list[str]:
@@ -63,7 +61,8 @@ def output_shapes(layer: pb.LayerParameter, shapes: Sequence[Sequence[int]]) -> 
     net = _read(layer, shapes)
     try:
         lid = net.getLayerId(layer.name)
-        ids, _, outs = net.getLayersShapes([np.asarray(s, np.int32) for s in shapes])
+        unique = list(dict(zip(layer.bottom, shapes)).values())
+        ids, _, outs = net.getLayersShapes([np.asarray(s, np.int32) for s in unique])
         outs = outs[[int(i) for i in np.asarray(ids).reshape(-1)].index(lid)]
     except cv2.error as e:
         raise ShapeError(f"layer {layer.name!r} ({layer.type}): OpenCV cannot infer its output shapes: "

@@ -28,7 +28,10 @@ class OrtCaffeModel:
         if len(names) != len(graph.outputs):
             raise ShapeError(f"net {self._name!r}: {len(names)} output blob names for {len(graph.outputs)} outputs")
         self._outputs = names
-        self.runner = OrtGraphRunner(graph, providers=providers)
+        from aiacc.plugins.caffe.model import runtime_graph
+
+        # PriorBox as constants and Normalize as ops: fewer layers run between onnxruntime's sessions
+        self.runner = OrtGraphRunner(runtime_graph(graph), providers=providers)
 
     @property
     def name(self) -> str:

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 
 from aiacc.errors import ParseError, UnsupportedError
 from aiacc.plugins.caffe.schema import pb
+from aiacc.plugins.caffe.unknown_fields import parse_keeping_unknown, placeholder, restore
 
 NetParameter = pb.NetParameter
 LayerParameter = pb.LayerParameter
@@ -35,10 +36,11 @@ BlobProto = pb.BlobProto
 # files
 # ------------------------------------------------------------------------------------------------
 def parse_prototxt(text: str, filename: str = "<prototxt>") -> pb.NetParameter:
-    """Parse a prototxt; a syntax error becomes a ParseError giving the file, line and column."""
+    """Parse a prototxt; a syntax error becomes a ParseError giving the file, line and column. Fields of a
+    layer the schema does not declare are kept as text (aiacc.plugins.caffe.unknown_fields)."""
     net = pb.NetParameter()
     try:
-        text_format.Parse(text, net)
+        parse_keeping_unknown(text, net)  # a fork's fields are kept as text, as OpenCV skips them
     except text_format.ParseError as e:
         where = f"line {e.GetLine()}, column {e.GetColumn()}" if e.GetLine() else "unknown line"
         message = str(e)
@@ -88,12 +90,16 @@ def to_prototxt(net: pb.NetParameter) -> str:
     for desc, value in net.ListFields():
         if desc.name != "layer":
             _copy_field(bare, desc, value)
+    kept: list[str] = []
     for layer in net.layer:  # field by field, leaving the blobs (copying them first took seconds for VGG)
         target = bare.layer.add()
         for desc, value in layer.ListFields():
-            if desc.name != "blobs":
+            if desc.name == "aiacc_unknown_text":  # written back verbatim where the placeholders stand
+                target.aiacc_unknown_text.extend(placeholder(len(kept) + i) for i in range(len(value)))
+                kept += list(value)
+            elif desc.name != "blobs":
                 _copy_field(target, desc, value)
-    return text_format.MessageToString(bare)
+    return restore(text_format.MessageToString(bare), kept)
 
 
 def _copy_field(target, desc, value) -> None:
@@ -125,7 +131,7 @@ _V1_TYPES = {
 }
 
 # V1 fields copied as they are (same message type in LayerParameter)
-_V1_COPIED = ("bottom", "top", "name", "include", "exclude", "blobs", "loss_weight")
+_V1_COPIED = ("bottom", "top", "name", "include", "exclude", "blobs", "loss_weight", "aiacc_unknown_text")
 
 
 def upgrade_v1_layer(v1: pb.V1LayerParameter, where: str) -> pb.LayerParameter:

@@ -106,3 +106,25 @@ def test_on_onnxruntime_lrn_runs_the_numba_kernel_between_sessions():
     want = CaffeModel(model.net, runtime="aiacc").forward(**x)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5 * float(np.abs(want[k]).max()))
+
+
+@needs_ort
+def test_auto_also_measures_onnxruntimes_own_lrn_in_one_session():
+    """A net with LRN: "auto" measures onnxruntime with the numba LRN between sessions and onnxruntime with its
+    own LRN in one session (faster on small maps), keeps the fastest of the three, and answers the same."""
+    pytest.importorskip("numba")
+    from aiacc.plugins.caffe.model import OWN_LRN
+
+    model = CaffeModel(zoo.build("alexnet").net)
+    x = _x(model, seed=3)
+    got = model.forward(**x)
+    choice = model.runtime_choice
+    assert set(choice["ms"]) == {"aiacc", "onnxruntime", OWN_LRN}
+    best = min(choice["ms"], key=choice["ms"].get)
+    assert choice["runtime"] == ("onnxruntime" if best == OWN_LRN else best)
+    runner = _runtime(model, model.graph)
+    if best == OWN_LRN:  # from now on onnxruntime runs its own LRN, in one session
+        assert "own LRN" in choice["why"] and not any(n.is_opaque for n in runner.ort().graph.nodes)
+    want = CaffeModel(model.net, runtime="aiacc").forward(**x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5 * float(np.abs(want[k]).max()))

@@ -56,12 +56,36 @@ NETS = {
 CI = ["caffenet-v1-2014", "googlenet-v1-2014", "squeezenet-1.1", "mobilenet-v1", "mobilenet-v2", "resnet50",
       "densenet121", "mobilenet-ssd", "mobilenet-ssd-bn"]
 
+# name -> prototxt file under forms/: nets written here from the public definitions of more public deploy nets
+# (each file's header names its source), reduced in size (a second or less each), covering their layer types
+# and parameter forms: SSD detectors, FCN/HED (Deconvolution, Crop), segmentation with the forks' Upsample,
+# OpenPose, age/gender, colorization, SE-ResNeXt/Inception-BN, ShuffleNet, YOLO, Faster R-CNN, BVLC's layers
+FORMS = {
+    "res10-ssd-face": "res10_ssd_face.prototxt",
+    "fcn8s": "fcn8s.prototxt",
+    "fcn32s": "fcn32s.prototxt",
+    "hed": "hed.prototxt",
+    "age-net": "age_net.prototxt",
+    "colorization": "colorization.prototxt",
+    "openpose-coco": "openpose_coco.prototxt",
+    "se-resnext": "se_resnext.prototxt",
+    "shufflenet": "shufflenet.prototxt",
+    "segnet": "segnet.prototxt",
+    "yolo": "yolov2_tiny.prototxt",
+    "faster-rcnn-opencv": "faster_rcnn_opencv.prototxt",
+    "faster-rcnn-python": "faster_rcnn_python.prototxt",
+    "bvlc-layers": "bvlc_layers.prototxt",
+}
+
 RTOL = 1e-4  # of the compared blob's magnitude
+
+# inputs that random numbers would make meaningless: Faster R-CNN's im_info is (height, width, scale)
+FEEDS = {"faster-rcnn-opencv": {"im_info": np.array([[32.0, 32.0, 1.0]], np.float32)}}
 
 
 def path(name: str) -> str:
-    """The prototxt file of a net of NETS."""
-    return os.path.join(HERE, NETS[name])
+    """The prototxt file of a net of NETS or FORMS."""
+    return os.path.join(HERE, NETS[name]) if name in NETS else os.path.join(HERE, "forms", FORMS[name])
 
 
 @dataclass
@@ -136,6 +160,27 @@ def opencv_forward(net, feeds: dict, layer_names: list[str]) -> list[np.ndarray]
     return [np.array(o) for o in net.forward(layer_names)]
 
 
+def opencv_names(cv_net, net, pairs: list[tuple[str, str]]) -> list[str]:
+    """The names OpenCV gives the layers writing the compared blobs: a repeated layer name gets _1, _2... (HED
+    names all its Crop layers "crop"), and OpenCV names some layers by their top (a Convolution whose top
+    differs from its name and feeds a Crop)."""
+    from aiacc.plugins.caffe.proto import layer_phase_ok
+
+    seen: dict[str, int] = {}
+    named: dict[str, str] = {}  # blob -> the OpenCV name of its last writer
+    for layer in net.layer:
+        if not layer_phase_ok(layer) or layer.type == "Input":
+            continue
+        k = seen.get(layer.name, 0)
+        seen[layer.name] = k + 1
+        name = layer.name if k == 0 else f"{layer.name}_{k}"
+        if cv_net.getLayerId(name) < 0 and layer.top and cv_net.getLayerId(layer.top[0]) >= 0:
+            name = layer.top[0]
+        for t in layer.top:
+            named[t] = name
+    return [named.get(blob, layer) for blob, layer in pairs]
+
+
 def rel_err(want: np.ndarray, got: np.ndarray) -> float:
     """max |want - got| / max |want| (inf when the shapes differ)."""
     want, got = np.asarray(want, np.float64), np.asarray(got, np.float64)
@@ -164,6 +209,11 @@ def detections_err(want: np.ndarray, got: np.ndarray) -> float:
     return max(far(w, g), far(g, w)) / (np.abs(w).max() or 1.0)
 
 
+def saved_back(res: Result):
+    """The CaffeModel check() read back from the saved-back files."""
+    return res.models["saved back"]
+
+
 def check(name: str, workdir: str, *, batch: int = 1, seed: int = 0) -> Result:
     """Load, optimize and save back the net `name` with random weights, comparing with OpenCV (see module)."""
     import aiacc
@@ -186,6 +236,8 @@ def check(name: str, workdir: str, *, batch: int = 1, seed: int = 0) -> Result:
     rng = np.random.default_rng(seed + 1)
     seen = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     fresh = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    for feeds in (seen, fresh):
+        feeds.update(FEEDS.get(name, {}))
     fast = aiacc.optimize(model, seen)
     out_proto, out_weights = os.path.join(workdir, f"{name}.opt.prototxt"), os.path.join(workdir, f"{name}.opt.caffemodel")
     fast.save(out_proto, out_weights)
@@ -201,18 +253,18 @@ def check(name: str, workdir: str, *, batch: int = 1, seed: int = 0) -> Result:
         pairs, saved = pairs[:len(model.outputs)], saved[:len(back.outputs)]
     res.compared = [b for b, _ in pairs]
     cv_orig = _opencv(src, weights)
-    want = opencv_forward(cv_orig, fresh, [layer for _, layer in pairs])
+    want = opencv_forward(cv_orig, fresh, opencv_names(cv_orig, model.net, pairs))
     cv_back = _opencv(out_proto, out_weights)
     got = {
         "aiacc original vs OpenCV": list(CaffeModel(model.net, outputs=[b for b, _ in pairs]).forward(**fresh).values()),
         "aiacc optimized vs OpenCV": list(CaffeModel(back.net, outputs=[b for b, _ in saved]).forward(**fresh).values()),
-        "OpenCV saved-back vs OpenCV": opencv_forward(cv_back, fresh, [layer for _, layer in saved]),
+        "OpenCV saved-back vs OpenCV": opencv_forward(cv_back, fresh, opencv_names(cv_back, back.net, saved)),
     }
     kinds = [_writer(model.net, b).type for b, _ in pairs]
     for what, values in got.items():
         res.errors[what] = max((detections_err if k == "DetectionOutput" else rel_err)(w, v)
                                for k, w, v in zip(kinds, want, values))
-    res.models = {"original": model, "aiacc": fast, "opencv": cv_orig, "opencv saved-back": cv_back}
+    res.models = {"original": model, "aiacc": fast, "opencv": cv_orig, "opencv saved-back": cv_back, "saved back": back}
     res.inputs = fresh
     res.seconds = time.perf_counter() - t0
     return res
