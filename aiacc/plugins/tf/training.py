@@ -160,7 +160,9 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
 
     base = model._aiacc_step
     original = getattr(model, "_aiacc_original", None)
-    more = {} if original is None else {ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
+    more = {} if original is None else {
+        ORIGINAL_FUNCTION: lambda: original_step(original.__dict__["_obj"], jit_compile=False),
+        ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
                             base, setting, "XLA (jit_compile=True)",
                             to_arrays=lambda r: [r[0].numpy()] + [g.numpy() for g in r[1] if g is not None],
@@ -173,13 +175,15 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     return attach(model, choice)
 
 
-# the candidate that runs the original model's own forward under XLA (aiacc_train_path names it)
+# the candidates that run the original model's own forward in a tf.function, with and without XLA
+# (aiacc_train_path names them)
 ORIGINAL_XLA = "original model in XLA (jit_compile=True)"
+ORIGINAL_FUNCTION = "original model in tf.function"
 
 
-def original_step(original: Any) -> Any:
+def original_step(original: Any, jit_compile: bool = True) -> Any:
     """The original model's own training forward as the step (flat data inputs, as the exported step takes
-    them): a tf.function with jit_compile=True. Keras' BatchNormalization and dropout update the same
+    them): a tf.function, with jit_compile=True by default. Keras' BatchNormalization and dropout update the same
     variables the exported step assigns; inside a caller's tf.function its Python body (the original's
     call) is inlined as the exported step's is (call_step)."""
     tfm = tf()
@@ -190,7 +194,7 @@ def original_step(original: Any) -> Any:
             return original(args[0] if len(args) == 1 else list(args), training=True)
         return original(*args)
 
-    return tfm.function(step, jit_compile=True, reduce_retracing=True)
+    return tfm.function(step, jit_compile=jit_compile or None, reduce_retracing=True)
 
 
 def call_step(step: Any, *args: Any) -> Any:
