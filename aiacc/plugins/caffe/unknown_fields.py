@@ -5,7 +5,7 @@ Caffe's forks add layer parameter messages under numbers that clash with each ot
 declare them all; OpenCV reads such files by skipping what its schema lacks. aiacc keeps them: each field of a
 layer that the schema does not declare is cut out of the text and stored, verbatim, in the layer's
 `aiacc_unknown_text` (a field of aiacc's own). An unknown field inside a known message (`kernel_sise` in a
-`convolution_param`), or a layer field within a letter or two of a declared one, is taken for a typo and
+`convolution_param`), or a layer field a letter off a declared one (`convolution_parm`), is taken for a typo and
 stays a ParseError naming the line. The importer then keeps the layer opaque (or a
 translator reads a fork message it knows from that text), OpenCV gets the layer whole, and `to_prototxt`
 writes the text back where it was.
@@ -116,8 +116,8 @@ def _cut(text: str, offset: int, name: str | None, kept: list[str]) -> str | Non
     chain = sorted((b for b in blocks if b[2] < offset <= b[3]), key=lambda b: b[2])
     if len(chain) != 1 or chain[0][0] not in _LAYER_BLOCKS or name is None:
         return None  # outside a layer, or inside a known message of one: an error as before
-    if difflib.get_close_matches(name, _LAYER_FIELDS, n=1, cutoff=0.85):
-        return None  # `convolution_parm`: a typo of a declared field, not a fork's
+    if any(abs(len(f) - len(name)) <= 1 for f in difflib.get_close_matches(name, _LAYER_FIELDS, n=3, cutoff=0.85)):
+        return None  # `convolution_parm`: a typo of a declared field (a letter off), not a fork's `roi_pooling_param`
     start = text.rfind(name, chain[0][2], offset + len(name))
     if start < 0:
         return None
