@@ -10,8 +10,8 @@ on a fresh input (max error relative to the output's magnitude, 1e-4), or the er
 --speed: transformers BERT, DistilBERT, GPT-2 and ViT (tests/reach/_models.hf_speed_model: random weights,
 batch 1, seq 128, ViT at 224, "small" = hidden 256 / 4 heads / ffn 1024 / 4 layers, "base" = BERT-base's
 hidden 768 / 12 heads / ffn 3072 with 4 of its 12 layers), 2 threads everywhere, every candidate built
-first and then timed interleaved in this one process (one call of each per round, the order rotated
-every round): torch eager,
+first and then timed interleaved in this one process (one call of each per round, in a new random
+order every round): torch eager,
 torch.jit.optimize_for_inference(torch.jit.trace(...)), torch.compile, onnxruntime on torch.onnx.export
 of the same model, aiacc.optimize with its defaults ("aiacc"), with backend="onnxruntime" ("aiacc ort") and
 with backend="auto" ("aiacc auto": native or onnxruntime, whichever measured faster at optimize time).
@@ -335,23 +335,27 @@ def speed_row(name: str, size: str, iters: int, warmup: int, attn: str, log) -> 
         row["setup_s"][k] = time.perf_counter() - t
     log(f"  {name} {size}: timing {len(fns)} candidates x {iters}")
     with torch.no_grad():
-        times = _time_rotated(fns, iters, warmup)
+        times = _time_shuffled(fns, iters, warmup)
     row["ms"] = {k: median_ms(v) for k, v in times.items()}
     return row
 
 
-def _time_rotated(fns: dict, iters: int, warmup: int) -> dict:
-    """Seconds per call, one call of each per round, the order rotated every round: a fixed order let the
-    candidate after a torch one lose its cores to torch's still-spinning OpenMP threads, and the one after
-    an onnxruntime one (no spinning) win them (measured: 'aiacc auto', the same onnxruntime module as
-    'aiacc ort' but timed right after it, 12-21% faster in a fixed order)."""
-    names = list(fns)
+def _time_shuffled(fns: dict, iters: int, warmup: int) -> dict:
+    """Seconds per call, one call of each per round, in a new (seeded) random order every round: in a fixed
+    order, or a rotated one (which keeps every candidate's predecessor), the candidate after a torch one
+    lost its cores to torch's still-spinning OpenMP threads and the one after an onnxruntime one (no
+    spinning) won them (measured: 'aiacc auto', the same onnxruntime module as 'aiacc ort' timed right
+    after it, 12-21% faster)."""
+    import random
+
+    order, rng = list(fns), random.Random(0)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    times = {k: [] for k in names}
-    for r in range(iters):
-        for k in names[r % len(names):] + names[:r % len(names)]:
+    times = {k: [] for k in order}
+    for _ in range(iters):
+        rng.shuffle(order)
+        for k in order:
             t = time.perf_counter()
             fns[k]()
             times[k].append(time.perf_counter() - t)
