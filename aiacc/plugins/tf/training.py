@@ -165,7 +165,9 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
         ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
                             base, setting, "XLA (jit_compile=True)",
-                            to_arrays=lambda r: [r[0].numpy()] + [g.numpy() for g in r[1] if g is not None],
+                            # an embedding's gradient is IndexedSlices: compared dense
+                            to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
+                                                                  for g in r[1] if g is not None],
                             more=more)
     model._aiacc_step = chosen
     report = getattr(model, "aiacc_report", None)
