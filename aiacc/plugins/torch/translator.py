@@ -119,7 +119,8 @@ class TorchPlugin(Plugin):
         from aiacc.plugins.torch.exporter import export
 
         notes = {}
-        if graph.meta.get("torch.mode", "inference") != "train" and graph.find_nodes("FusedElementwise", "aiacc"):
+        if graph.meta.get("torch.mode", "inference") != "train" and (
+                graph.find_nodes("FusedElementwise", "aiacc") or graph.meta.get("elementwise_fusion")):
             from aiacc.plugins.torch.numba_op import choose_fusions  # numba kernel or torch ops, measured
 
             notes = choose_fusions(graph)
