@@ -40,7 +40,8 @@ class _EllipsisIndex(nn.Module):
 
 class _RmsNarrowOneHot(nn.Module):
     """nn.RMSNorm and F.rms_norm (torch's own, as Llama-style models written on torch >= 2.4 use), narrow,
-    F.one_hot with a given width (mixture-of-experts routing masks)."""
+    F.one_hot with a given width (mixture-of-experts routing masks), torch.multiply / subtract / divide /
+    true_divide (ConvBERT)."""
 
     def __init__(self):
         super().__init__()
@@ -49,7 +50,8 @@ class _RmsNarrowOneHot(nn.Module):
     def forward(self, x, ids):
         y = self.norm(x) + torch.nn.functional.rms_norm(x, (8,)) + x.narrow(1, 1, 3).sum(1, keepdim=True)
         hot = torch.nn.functional.one_hot(ids, 8).to(x.dtype)
-        return y + hot + torch.narrow(x, -1, -4, 4).repeat(1, 1, 2)
+        return y + hot + torch.narrow(x, -1, -4, 4).repeat(1, 1, 2) + torch.multiply(x, 2.0) \
+            - torch.subtract(x, x.abs()) + x.divide(torch.true_divide(x.abs(), 2) + 1)
 
 
 CASES = {

@@ -90,9 +90,11 @@ def _binary(op_name: str):
 
 for _op, _targets, _methods in (
         ("Add", (operator.add, operator.iadd, torch.add), ("add", "add_", "__add__", "__iadd__")),
-        ("Sub", (operator.sub, operator.isub, torch.sub), ("sub", "sub_", "__sub__")),
-        ("Mul", (operator.mul, operator.imul, torch.mul), ("mul", "mul_", "__mul__")),
-        ("Div", (operator.truediv, operator.itruediv, torch.div), ("div", "div_", "__truediv__"))):
+        # torch's aliases (ConvBERT calls torch.multiply)
+        ("Sub", (operator.sub, operator.isub, torch.sub, torch.subtract), ("sub", "sub_", "__sub__", "subtract")),
+        ("Mul", (operator.mul, operator.imul, torch.mul, torch.multiply), ("mul", "mul_", "__mul__", "multiply")),
+        ("Div", (operator.truediv, operator.itruediv, torch.div, torch.divide, torch.true_divide),
+         ("div", "div_", "__truediv__", "divide", "true_divide"))):
     FUNCTIONS.update({t: _binary(_op) for t in _targets})
     METHODS.update({m: _binary(_op) for m in _methods})
 
