@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError, first_line
 from aiacc.plugins.tf._tf import tf
 
 
@@ -25,8 +25,7 @@ def export_onnxruntime(graph: Graph, *, providers: Any = None) -> Any:
     except AiaccError:
         raise
     except Exception as e:  # onnxruntime refusing a segment (an op or dtype it has no kernel for)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedError(f"graph {graph.name}: onnxruntime cannot run it: {first}") from e
+        raise UnsupportedError(f"graph {graph.name}: onnxruntime cannot run it: {first_line(e)}") from e
     return numpy_runner_module(
         graph, runner, class_name="AiaccOrtTFModule", name_suffix="_ort", op_name="aiacc_onnxruntime",
         runner_attr="aiacc_runner",

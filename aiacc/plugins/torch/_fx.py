@@ -25,6 +25,8 @@ from torch import nn
 from torch.fx.proxy import Proxy
 from torch.utils import _pytree as pytree
 
+from aiacc.errors import describe
+
 # containers fx should trace through even though they live in torch.nn
 _TRACE_THROUGH = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -181,7 +183,7 @@ class AiaccTracer(fx.Tracer):
             self.module_stack.update(stack)
             self.num_calls.clear()
             self.num_calls.update(calls)
-            self.forced_leaves[qualname] = f"{type(e).__name__}: {e}".split("\n")[0][:200]
+            self.forced_leaves[qualname] = describe(e, 200)
             return super().call_module(m, forward, args, kwargs)
 
     def _rollback(self, last: fx.Node | None) -> None:
@@ -412,7 +414,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
         gm.meta["aiacc.returned_spec"] = tracer.returned_spec
         return gm, tracer.forced_leaves
     except Exception as e:  # noqa: BLE001
-        why = f"{type(e).__name__}: {e}".split("\n")[0][:200]
+        why = describe(e, 200)
     finally:
         tracer._env.clear()
         tracer.restore_state()

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from torch import nn
 
 from aiacc.core.compare import compare_outputs
-from aiacc.errors import AiaccNotice
+from aiacc.errors import AiaccNotice, describe
 
 # onnxruntime must be this much faster than native to be chosen (timing noise on a shared machine)
 MARGIN = 0.97
@@ -82,8 +82,7 @@ def choose_backend(plugin: Any, model: Any, native: Any, make_ort: Callable[[], 
         if problem:
             raise ValueError(f"its outputs differ from the original's ({problem})")
     except Exception as e:  # noqa: BLE001 - onnxruntime missing, refusing the graph or differing: native
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        choice = BackendChoice("native", reason=f"onnxruntime was not used ({type(e).__name__}: {first})")
+        choice = BackendChoice("native", reason=f"onnxruntime was not used ({describe(e, 200)})")
         return _said(native, choice, report)
     ms = measure({"native": _step(native, example_inputs), "onnxruntime": _step(ort, example_inputs)})
     if ms["onnxruntime"] <= ms["native"] * MARGIN:

@@ -26,7 +26,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from aiacc.errors import UnsupportedError
+from aiacc.errors import UnsupportedError, describe
 
 
 class ExportFailed(UnsupportedError):
@@ -142,11 +142,6 @@ def _dynamic_shapes(order: list, batch: int | None) -> dict:
     return {p.name: pytree.tree_map(spec, value, is_leaf=lambda v: v is None) for p, value in order}
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
-
-
 def export_program(model: nn.Module, args: list, kwargs: dict, order: list, dynamic: bool = True) -> tuple[Any, str]:
     """torch.export.export(model, args, kwargs, strict=False) with the batch dimension Dim.AUTO, or static
     shapes when that fails: (program, why shapes are static or "")."""
@@ -166,7 +161,7 @@ def _export(model: nn.Module, args: list, kwargs: dict, dynamic_shapes: Any) -> 
             return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
                                        strict=False)
     except Exception as e:  # noqa: BLE001 - torch.export's own error, one line, for the fallback's reason
-        raise ExportFailed(f"torch.export cannot capture {type(model).__name__}: {_first_line(e)}") from e
+        raise ExportFailed(f"torch.export cannot capture {type(model).__name__}: {describe(e, 300)}") from e
 
 
 def decompose(program: Any, ops: set) -> Any:
@@ -181,7 +176,7 @@ def decompose(program: Any, ops: set) -> Any:
     try:
         return program.run_decompositions(chosen)
     except Exception as e:  # noqa: BLE001
-        raise ExportFailed(f"run_decompositions failed: {_first_line(e)}") from e
+        raise ExportFailed(f"run_decompositions failed: {describe(e, 300)}") from e
 
 
 def decomposable(op: Any) -> bool:

@@ -32,7 +32,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
-from aiacc.errors import AiaccError, ShapeError, UnsupportedError, fallback
+from aiacc.errors import AiaccError, ShapeError, UnsupportedError, describe, fallback, first_line
 from aiacc.plugins.torch._fx import trace_module
 from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
 
@@ -149,7 +149,7 @@ class _ExampleRun(fx.Interpreter):
                 raise
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             raise ShapeError(f"op {describe_node(self.module, n)} fails on inputs {describe_args(args, kwargs)}: "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+                             f"{first_line(e)}") from e
         self.values[n] = result
         return result
 
@@ -390,7 +390,7 @@ class Importer:
             except AiaccError:
                 raise
             except Exception as e:  # noqa: BLE001 - a converter's own bug or an unforeseen form: this node only
-                reason = f"its converter failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                reason = f"its converter failed: {describe(e)}"
                 self._rollback(mark)
                 # once per op: its other nodes fail the same way
                 fallback(f"torch.converter:{type(module) if module is not None else n.target}",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, UnsupportedError, collecting_fallbacks, fallback
+from aiacc.errors import AiaccError, UnsupportedError, collecting_fallbacks, describe, fallback
 from aiacc.plugins.base import Plugin, to_numpy_list
 
 
@@ -350,8 +350,7 @@ def aiacc_errors(what: str):
     except AiaccError:
         raise
     except Exception as e:  # noqa: BLE001
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise UnsupportedError(f"{what} failed: {type(e).__name__}: {first}") from e
+        raise UnsupportedError(f"{what} failed: {describe(e)}") from e
     finally:
         _WRAPPING.reset(token)
 
