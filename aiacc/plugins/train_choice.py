@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aiacc.errors import AiaccNotice, OptionError
+from aiacc.errors import AiaccNotice, OptionError, describe
 
 OPTION_DOC = ("mode='train': 'auto' measures aiacc's step with and without the framework's compiler (and the "
               "original model's own step) and keeps the fastest; True always uses the compiler; False never; a "
@@ -130,10 +130,9 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             for _ in range(warmup - 1):
                 step()
         except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves the others
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({type(e).__name__}: {first})",
+            warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({describe(e, 200)})",
                           AiaccNotice, stacklevel=3)
-            reasons.append(f"{name} failed: {type(e).__name__}: {first}")
+            reasons.append(f"{name} failed: {describe(e, 200)}")
             continue
         models[name], steps[name] = model, step
     names = list(steps)

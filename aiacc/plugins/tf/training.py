@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from aiacc.core.ir import Graph
-from aiacc.errors import AiaccError, UnsupportedError
+from aiacc.errors import AiaccError, UnsupportedError, first_line
 from aiacc.plugins.tf._tf import tf
 from aiacc.plugins.tf.exporter import Emitter, Untracked, input_signature, lowerable_copy, module_name, pack_outputs
 from aiacc.plugins.tf.importer import _is_keras_model, model_variables
@@ -107,8 +107,7 @@ def export_training(graph: Graph, original: Any) -> Any:
     except AiaccError:
         raise
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported training graph: {first}") from e
+        raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported training graph: {first_line(e)}") from e
     if _is_keras_model(original):
         model = keras_model(original, step, nested=graph.meta.get("tf_input_structure") is not None)
     else:

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
+from aiacc.errors import first_line
+
 # ops that return a fresh tensor which their backward does not read (it reads inputs and saved statistics)
 FRESH = {torch.conv1d, torch.conv2d, torch.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d,
          F.batch_norm, torch.batch_norm, F.layer_norm, torch.layer_norm, F.linear, torch.addmm, torch.matmul,
@@ -91,7 +93,7 @@ def make_inplace(gm: fx.GraphModule, args: tuple, kwargs: dict, step_of: Callabl
     try:
         problem = same(to_arrays(before), to_arrays(step_of(gm)()))
     except RuntimeError as e:  # autograd: a tensor its backward needs was modified in place
-        problem = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        problem = first_line(e, 160)
     if problem:
         for n, target, a, kw in old:
             n.target, n.args, n.kwargs = target, a, kw
