@@ -110,21 +110,6 @@ def test_torch_int8_default_backend_keeps_the_faster_of_torch_and_onnxruntime_ke
         assert _rel(q(x).numpy(), other(x).numpy()) < 1e-3  # the same plan either way
 
 
-def test_measured_choice_keeps_the_faster():
-    import time
-
-    from aiacc.plugins.precision import measure_ms
-
-    calls = {"slow": 0, "fast": 0}
-
-    def slow():
-        calls["slow"] += 1
-        time.sleep(0.03)
-
-    ms = measure_ms({"slow": slow, "fast": lambda: calls.__setitem__("fast", calls["fast"] + 1)}, rounds=3)
-    assert ms["slow"] > ms["fast"] and calls == {"slow": 4, "fast": 4}  # one warm-up call, then 3 rounds
-
-
 class Blocks(nn.Module):
     """The other integer groups: ReLU6 (a Clip the range saturates), MaxPool and Flatten on int8, a
     concat, a product of two activations, and a Softmax that stays float."""

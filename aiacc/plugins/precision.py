@@ -31,14 +31,14 @@ VerificationError naming the worst layers of the sensitivity report and the keep
 """
 from __future__ import annotations
 
-import time
 import warnings
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from aiacc.core.quant import PRECISIONS, parse_tolerance, score, suggestion
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError, VerificationError
+from aiacc.plugins.timing import interleaved_medians
 
 PRECISION_OPTIONS = ("calibration", "tolerance", "keep_float", "holdout")
 CHOICE_ROUNDS = 5  # timed rounds when backend='native' chooses torch's int8 kernels or onnxruntime's
@@ -208,28 +208,14 @@ def _int8(plugin, model, graph, samples, tol, keep_float, backend, options):
     return out, rep
 
 
-def measure_ms(fns: dict[str, Callable[[], Any]], rounds: int = CHOICE_ROUNDS) -> dict[str, float]:
-    """Median ms of each function: one warm-up call each, then `rounds` rounds calling each once, the order
-    rotated every round (so neither runs always after the other on a machine whose load changes)."""
-    names = list(fns)
-    for n in names:
-        fns[n]()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            t = time.perf_counter()
-            fns[n]()
-            times[n].append(time.perf_counter() - t)
-    return {n: 1000.0 * float(np.median(v)) for n, v in times.items()}
-
-
 def _choose_int8(plugin, candidates: dict[str, Any], sample: Any, rep) -> Any:
     """The candidate (same int8 plan, different kernels) that runs `sample` fastest; the times go to the
     report (`choice`, a step) and a choice of onnxruntime is said with an AiaccNotice (a measured choice,
     not a fallback: backend='torch' keeps PyTorch's kernels)."""
     from aiacc.errors import AiaccNotice
 
-    ms = measure_ms({k: (lambda m=m: plugin.run(m, sample)) for k, m in candidates.items()})
+    ms = interleaved_medians({k: (lambda m=m: plugin.run(m, sample)) for k, m in candidates.items()},
+                             CHOICE_ROUNDS, warmup=1)
     best = min(ms, key=lambda k: (ms[k], k != "torch"))  # a tie keeps PyTorch's kernels (no session inside)
     rep.choice = ms
     rep.backend = best

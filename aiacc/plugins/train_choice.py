@@ -15,7 +15,6 @@ candidate's measured time, so the user knows what the step runs through.
 from __future__ import annotations
 
 import statistics
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from aiacc.errors import AiaccNotice, OptionError, describe
+from aiacc.plugins.timing import interleaved_times
 
 OPTION_DOC = ("mode='train': 'auto' measures aiacc's step with and without the framework's compiler (and the "
               "original model's own step) and keeps the fastest; True always uses the compiler; False never; a "
@@ -135,23 +135,9 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             reasons.append(f"{name} failed: {describe(e, 200)}")
             continue
         models[name], steps[name] = model, step
-    names = list(steps)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    start, r = time.perf_counter(), 0
-    while True:
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            t = time.perf_counter()
-            steps[k]()
-            times[k].append(time.perf_counter() - t)
-        r += 1
-        if r < rounds:
-            continue
-        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        first, second = (sorted(ms.values()) + [float("inf")])[:2]
-        if second > first * (1 + AMBIGUOUS) or r >= max(rounds, MAX_ROUNDS) \
-                or time.perf_counter() - start > MAX_SECONDS:
-            break
-    rounds = r
+    times = interleaved_times(steps, rounds, max_rounds=MAX_ROUNDS, max_seconds=MAX_SECONDS, ambiguous=AMBIGUOUS)
+    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    rounds = len(times[base])
     listing = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
     best = min(ms, key=ms.get)
     if best != base and ms[best] < MARGIN * ms[base]:

@@ -11,8 +11,6 @@ The choice is said with an AiaccNotice (not a fallback: strict=True accepts it),
 """
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -21,6 +19,7 @@ from torch import nn
 
 from aiacc.core.compare import compare_outputs
 from aiacc.errors import AiaccNotice, describe
+from aiacc.plugins.timing import interleaved_medians
 
 # onnxruntime must be this much faster than native to be chosen (timing noise on a shared machine)
 MARGIN = 0.97
@@ -43,27 +42,8 @@ class BackendChoice:
 
 
 def measure(steps: dict[str, Callable[[], Any]], rounds: int = ROUNDS, warmup: int = 2) -> dict[str, float]:
-    """Median milliseconds per call of each step: `warmup` untimed calls each, then interleaved rounds in
-    a rotated order (no candidate always runs right after the same one), extended while the two fastest
-    medians are within AMBIGUOUS of each other (up to MAX_ROUNDS rounds and MAX_SECONDS)."""
-    names = list(steps)
-    for name in names:
-        for _ in range(warmup):
-            steps[name]()
-    times: dict[str, list[float]] = {k: [] for k in names}
-    start, done = time.perf_counter(), 0
-    while True:
-        order = names[done % len(names):] + names[:done % len(names)]
-        for name in order:
-            t = time.perf_counter()
-            steps[name]()
-            times[name].append(time.perf_counter() - t)
-        done += 1
-        medians = sorted(statistics.median(v) for v in times.values())
-        close = len(medians) > 1 and medians[1] <= medians[0] * (1 + AMBIGUOUS)
-        if done >= MAX_ROUNDS or time.perf_counter() - start > MAX_SECONDS or (done >= rounds and not close):
-            break
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    """Median milliseconds per call of each step (timing.interleaved_medians with this module's limits)."""
+    return interleaved_medians(steps, rounds, warmup, MAX_ROUNDS, MAX_SECONDS, AMBIGUOUS)
 
 
 def choose_backend(plugin: Any, model: Any, native: Any, make_ort: Callable[[], Any], example_inputs: Any,
