@@ -54,7 +54,8 @@ def test_torch_specialized_to_its_batch_refuses_another_size_instead_of_a_wrong_
     fast = _quiet_optimize(model, (x,))
     assert fast.aiacc_report.interface[0].startswith("batch: specialized to 1 (at batch 5: output 0 differs")
     torch.testing.assert_close(fast(x), model(x))
-    with pytest.raises(ShapeError, match=r"input of shape \[5, 4\].*specialized to batch 1"):
+    with pytest.raises(ShapeError, match=r"input 'x' of shape \[5, 4\]: its dimension 0 must be 1, the batch size the model "
+                                          r"was built for \(.*specialized to batch 1"):
         fast(torch.randn(5, 4))
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph
 from aiacc.errors import AiaccError, UnsupportedError, collecting_fallbacks, describe, fallback
-from aiacc.plugins.base import Plugin, to_numpy_list
+from aiacc.plugins.base import BatchGuard, Plugin, to_numpy_list
 
 
 def normalize_mode(mode: str | None, model: Any = None) -> str:
@@ -69,7 +69,7 @@ class TorchPlugin(Plugin):
         """A forward pre-hook refusing tensors whose first dimension is not `batch` (ShapeError)."""
         if not hasattr(model, "register_forward_pre_hook"):
             return False
-        model.register_forward_pre_hook(BatchGuard(batch, why), with_kwargs=True)
+        model.register_forward_pre_hook(BatchHook(batch, why), with_kwargs=True)
         return True
 
     def detect(self, model: Any) -> bool:
@@ -359,20 +359,27 @@ PLUGIN = TorchPlugin()
 TRANSLATOR = PLUGIN  # the name earlier code and tests use
 
 
-class BatchGuard:
-    """The forward pre-hook of a module specialized to one batch size: a ShapeError for any other. A class,
-    not a closure, so the guarded module still pickles (torch.save of the whole module)."""
+class BatchHook:
+    """The forward pre-hook of a module specialized to one batch size: base.BatchGuard (the message every plugin
+    gives) on its tensor arguments, named by the forward's parameters. A class, not a closure, so the guarded
+    module still pickles (torch.save of the whole module)."""
 
     def __init__(self, batch: int, why: str):
         self.batch, self.why = batch, why
 
     def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
+        import inspect
+
         import torch
         from torch.utils import _pytree as pytree
 
-        from aiacc.errors import ShapeError
-
-        for t in pytree.tree_leaves((args, kwargs)):
-            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] != self.batch:
-                raise ShapeError(f"{type(module).__name__}: input of shape {list(t.shape)}: {self.why}; "
-                                 f"call it with batch {self.batch} or optimize it with an example of this size")
+        try:
+            named = list(inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments.items())
+        except (TypeError, ValueError):  # a signature inspect cannot read or bind: name by position
+            named = [(f"input {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+        names, tensors = [], []
+        for name, value in named:
+            leaves = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+            names += [name] if len(leaves) == 1 else [f"{name}[{i}]" for i in range(len(leaves))]
+            tensors += leaves
+        BatchGuard(self.batch, self.why, names, model=type(module).__name__).check(tensors)
