@@ -127,8 +127,14 @@ class Plugin:
             from aiacc.plugins.aiacc_backend import export_aiacc
 
             return export_aiacc(self, graph, original=original, **options)
+        if backend == "auto" and self.export_auto is not None:  # the plugins whose optimize measures a choice
+            return self.export_auto(graph, original=original, providers=providers, **options)
         raise UnsupportedError(f"the {self.title} plugin has no backend {backend!r} "
                                f"(use {' or '.join(repr(b) for b in BACKENDS)})")
+
+    # backend="auto", where a plugin offers it: export_auto(graph, original=, providers=, **options) returns
+    # the native model carrying what optimize needs to measure it against its onnxruntime twin (torch)
+    export_auto: Callable[..., Any] | None = None
 
     def export_native(self, graph: Graph, *, original: Any = None, **options: Any) -> Any:
         """The graph as a model of this framework, in its own ops (backend="native")."""

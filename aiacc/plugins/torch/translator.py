@@ -100,12 +100,9 @@ class TorchPlugin(Plugin):
             graph.meta["torch.state_arrays"] = arrays
         return graph
 
-    def export(self, graph: Graph, *, original: Any = None, backend: str = "native", providers: Any = None,
-               **options: Any) -> Any:
-        """Plugin.export, plus backend="auto": the native module, carrying the maker of the onnxruntime
-        module (from its own copy of the graph) for optimize's measured choice (backend_choice.py)."""
-        if backend != "auto":
-            return super().export(graph, original=original, backend=backend, providers=providers, **options)
+    def export_auto(self, graph: Graph, *, original: Any = None, providers: Any = None, **options: Any) -> Any:
+        """backend="auto": the native module, carrying the maker of the onnxruntime module (from its own
+        copy of the graph) for optimize's measured choice (backend_choice.py)."""
         for_ort = graph.copy()  # the native export annotates its graph (kept fusions); onnxruntime gets its own
         native = self.export_native(graph, original=original, **options)
         # a plain attribute (object.__setattr__), so nn.Module does not register anything; popped by optimize
