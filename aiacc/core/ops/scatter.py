@@ -67,12 +67,18 @@ def scatter_elements(data, indices, updates, *, axis, reduction):
     grid[axis] = idx
     where = tuple(grid)
     upd = np.asarray(updates, dtype=data.dtype)[tuple(slice(0, d) for d in idx.shape)]
+    return _scatter_into(out, where, upd, reduction, "ScatterElements")
+
+
+def _scatter_into(out: np.ndarray, where: tuple, upd: np.ndarray, reduction: str, op_name: str) -> np.ndarray:
+    """out[where] = upd ("none": the last of repeated indices wins) or combined into it by `reduction`
+    (np.ufunc.at, so repeated indices all count); returns `out`."""
     if reduction == "none":
         out[where] = upd
     elif reduction in _REDUCE:
         _REDUCE[reduction].at(out, where, upd)
     else:
-        raise ValueError(f"ScatterElements: unknown reduction {reduction!r}")
+        raise ValueError(f"{op_name}: unknown reduction {reduction!r}")
     return out
 
 
@@ -102,10 +108,4 @@ def scatter_nd(data, indices, updates, *, reduction):
         raise IndexError("ScatterND: index out of range")
     flat = np.where(flat < 0, flat + dims, flat)
     where = tuple(flat[:, j] for j in range(k))
-    if reduction == "none":
-        out[where] = upd
-    elif reduction in _REDUCE:
-        _REDUCE[reduction].at(out, where, upd)
-    else:
-        raise ValueError(f"ScatterND: unknown reduction {reduction!r}")
-    return out
+    return _scatter_into(out, where, upd, reduction, "ScatterND")
