@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-import time
 import weakref
 from typing import Any, Sequence
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from aiacc.core.runtime.executor import check_inputs
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError
+from aiacc.plugins.timing import interleaved_times
 from aiacc.plugins.caffe.schema import pb
 from aiacc.plugins.caffe.proto import (array_to_blob, merge_weights, parse_caffemodel, parse_prototxt,
                                        read_caffemodel, read_prototxt, to_prototxt)
@@ -233,19 +233,13 @@ class _Runner:
         own = self._ort_own_lrn()
         if own is not None:
             runs[OWN_LRN] = lambda: own.run(feeds)
-        times: dict[str, list[float]] = {k: [] for k in runs}
         outs: dict[str, list] = {}
-        for k, fn in runs.items():  # warm-up: plans, arena, numba compilation, onnxruntime's first run
-            fn()
-        for _ in range(3):
-            for k, fn in runs.items():
-                t = time.perf_counter()
-                outs[k] = fn()
-                times[k].append((time.perf_counter() - t) * 1e3)
-            a, o = min(times["aiacc"]), min(min(v) for k, v in times.items() if k != "aiacc")
-            if max(a, o) > 1.5 * min(a, o):  # clearly apart: more rounds would not change the choice
-                break
-        ms = {k: round(statistics.median(v), 3) for k, v in times.items()}
+        # each candidate's last answer is kept: the winner's answers this first call without running again
+        keeping = {k: (lambda k=k, fn=fn: outs.__setitem__(k, fn())) for k, fn in runs.items()}
+        # one warm-up each (plans, arena, numba compilation, onnxruntime's first run), then up to 3 interleaved
+        # rounds, stopping after one where the two fastest are clearly apart (1.5x: more would not change it)
+        times = interleaved_times(keeping, rounds=1, warmup=1, max_rounds=3, ambiguous=0.5)
+        ms = {k: round(statistics.median(v) * 1e3, 3) for k, v in times.items()}
         best = min(ms, key=ms.get)
         measured = ", ".join(f"{v:.2f} ms {k}" for k, v in ms.items())
         out = outs[best]  # the answer of the runtime that will answer from now on (its last timed run on these feeds)
