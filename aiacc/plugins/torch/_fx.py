@@ -10,6 +10,9 @@ Three things fx does not handle the way aiacc needs, and what this tracer does a
   original `apply`, keeping the custom backward.
 - nn.MultiheadAttention / nn.TransformerEncoderLayer / nn.TransformerEncoder are leaves (aiacc decomposes
   them itself); their forward's fused inference fast path is never taken.
+- A parametrized module (torch.nn.utils.parametrize: weight_norm, spectral_norm, orthogonal, ...) is a
+  class fx would keep whole; the tracer goes through it and its parametrizations, so the weight is
+  computed from the original parameters in the graph (and gets gradients in train mode).
 """
 from __future__ import annotations
 
@@ -161,9 +164,22 @@ class AiaccTracer(fx.Tracer):
             return True
         if isinstance(m, self.leaf_types):
             return True
-        if isinstance(m, _TRACE_THROUGH):
+        if isinstance(m, _TRACE_THROUGH) or self._parametrization(m, qualname):
             return False
         return super().is_leaf_module(m, qualname)
+
+    def _parametrization(self, m: nn.Module, qualname: str) -> bool:
+        """Whether `m` is a parametrized module, the ParametrizationList of one, or a parametrization
+        inside such a list (all traced through: the weight is their output)."""
+        from torch.nn.utils import parametrize
+
+        if parametrize.is_parametrized(m) or isinstance(m, parametrize.ParametrizationList):
+            return True
+        parent = qualname.rpartition(".")[0]
+        try:
+            return bool(parent) and isinstance(self.root.get_submodule(parent), parametrize.ParametrizationList)
+        except AttributeError:
+            return False
 
     def call_module(self, m: nn.Module, forward: Any, args: tuple, kwargs: dict) -> Any:
         qualname = self.path_of_module(m)

@@ -50,10 +50,16 @@ LEAF_MODULES = OpTable("torch leaf modules")
 def aten_converter(target: Any) -> Any:
     """A converter for an aten OpOverload (programs from torch.export): the ATEN entry, else the
     converter of the torch function or Tensor method of the same name, whose positional arguments aten
-    mirrors."""
+    mirrors. A custom op of another namespace (a library's, `torch.ops.transformers.grouped_mm_fallback`)
+    is found first under "namespace::name"."""
+    if isinstance(target, torch._ops.OpOverloadPacket) and getattr(target, "_qualified_op_name", "aten::") \
+            .split("::")[0] != "aten":  # a library's custom op called as torch.ops.ns.name
+        target = getattr(target, "default", None)
     if not isinstance(target, torch._ops.OpOverload):
         return None
     name = target.overloadpacket.__name__
+    if target.namespace != "aten" and f"{target.namespace}::{name}" in ATEN:  # a library's custom op
+        return ATEN[f"{target.namespace}::{name}"]
     if name in ATEN:
         return ATEN[name]
     fn = getattr(torch, name, None)
@@ -396,6 +402,10 @@ class Importer:
                 fallback(f"torch.converter:{type(module) if module is not None else n.target}",
                          f"{key} at {n.name} stays opaque: {reason}")
         if fn != "done":
+            held = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, IRObject)]
+            if held:  # its producer checked its users; an opaque call cannot take IR parts
+                raise UnsupportedError(f"{key} at {n.name}: its argument is a {type(held[0]).__name__} the IR "
+                                       f"holds as parts, and the call is not translated ({reason})")
             self.opaque_reasons.setdefault(n.name if module is None else n.target, f"{key}: {reason}")
             # out of place (on a copy), so no other reader of the tensor sees the change at the wrong time;
             # the model's own state is changed in place as the original does
@@ -587,8 +597,14 @@ def _qualified_name(fn: Any) -> str | None:
     return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else None
 
 
+class IRObject:
+    """Base of the Python objects a converter may return that stand for a tensor as IR values of their own
+    (import_ops.fft.Complex: a complex tensor as its real and imaginary parts): a call taking one is never
+    evaluated at trace time, and its converter must translate it (it cannot be an opaque node's argument)."""
+
+
 def _has_ir_value(x: Any) -> bool:
-    return any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(x))
+    return any(isinstance(leaf, (Value, IRObject)) for leaf in pytree.tree_leaves(x))
 
 
 def _is_param(gm: nn.Module, qualname: str) -> bool:

@@ -79,6 +79,9 @@ def _binary(op_name: str):
             if op_name != "Div":
                 raise Untranslatable(f"rounding_mode= for {op_name}")
             return divide(imp, a, b, rounding_mode)
+        if op_name in ("Add", "Mul") and (isinstance(a, (tuple, list)) or isinstance(b, (tuple, list))):
+            # Python sequences holding tensors (`outputs = (attn,) + outputs`, `(x,) * 2`): the same Python op
+            return a + b if op_name == "Add" else a * b
         a, b = _operands(imp, a, b)
         if alpha != 1:
             b = imp.op("Mul", b, imp.scalar_like(alpha, b))

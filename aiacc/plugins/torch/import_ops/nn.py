@@ -12,7 +12,7 @@ from torch import nn
 
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, pair, rank, tensor
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
+from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, MODULES
 
 
 # ------------------------------------------------------------------------------------- dropout
@@ -221,6 +221,59 @@ if hasattr(nn, "RMSNorm"):
                                                             m.eps))
 
 
+
+def _weight_norm_parts(imp, v, g, dim):
+    """(v * g / ||v||, ||v||): the norm over every axis of v but `dim` (all of them for dim=-1), kept
+    broadcastable to g, as torch's norm_except_dim."""
+    v, g = tensor(v, "v"), tensor(g, "g")
+    r = rank(v)
+    axes = list(range(r)) if dim == -1 else [a for a in range(r) if a != norm_axis(dim, r)]
+    norm = imp.op("ReduceL2", v, imp.ints(axes), keepdims=1) if axes else imp.op("Abs", v)
+    return imp.op("Mul", v, imp.op("Div", g, norm)), norm
+
+
+@FUNCTIONS.register(torch._weight_norm)
+def _weight_norm(imp, v, g, dim=0):
+    """torch._weight_norm (nn.utils.parametrizations.weight_norm's parametrization): v * (g / ||v||)."""
+    return _weight_norm_parts(imp, v, g, dim)[0]
+
+
+@ATEN.register("_weight_norm_interface")
+def _weight_norm_interface(imp, v, g, dim=0):
+    """aten._weight_norm_interface: (the weight, the norm)."""
+    return _weight_norm_parts(imp, v, g, dim)
+
+
+def grouped_mm(imp, x, weight, offs=None, *, bias=None, out_dtype=None):
+    """A grouped matrix product (torch._grouped_mm, F.grouped_mm, transformers' grouped_mm_fallback): the
+    rows of x [S, K] before offs[0] times weight[0] [K, N], those before offs[1] times weight[1], ...
+    (offs the cumulative group sizes); rows past offs[-1] give zeros. On static shapes each row's group is
+    the count of offsets <= its index, so it is a batched product with the gathered weights."""
+    x, w = tensor(x), tensor(weight, "weight")
+    if offs is None or bias is not None or out_dtype is not None:
+        raise Untranslatable("grouped_mm without offs, or with bias / out_dtype")
+    offs = tensor(offs, "offs")
+    if rank(x) != 2 or rank(w) != 3 or rank(offs) != 1:
+        raise Untranslatable("grouped_mm other than 2-d input x 3-d weight with 1-d offsets")
+    rows, groups = imp.shape_of(x)[0], imp.shape_of(w)[0]
+    ends = offs if offs.dtype == "int64" else imp.op("Cast", offs, to="int64")
+    index = imp.const(np.arange(rows, dtype=np.int64)[:, None])
+    passed = imp.op("LessOrEqual", imp.op("Unsqueeze", ends, imp.ints([0])), index)  # [S, E]: offs[e] <= row
+    group = imp.op("ReduceSum", imp.op("Cast", passed, to="int64"), imp.ints([1]), keepdims=0)
+    inside = imp.op("Less", group, imp.const(np.asarray(groups, np.int64)))
+    chosen = imp.op("Gather", w, imp.op("Min", group, imp.const(np.asarray(groups - 1, np.int64))), axis=0)
+    y = imp.op("MatMul", imp.op("Unsqueeze", x, imp.ints([1])), chosen)  # [S, 1, K] @ [S, K, N]
+    y = imp.op("Squeeze", y, imp.ints([1]))
+    return imp.op("Where", imp.op("Unsqueeze", inside, imp.ints([1])), y, imp.scalar_like(0.0, y))
+
+
+for _fn in (getattr(torch, "_grouped_mm", None), getattr(F, "grouped_mm", None)):
+    if _fn is not None:
+        FUNCTIONS.add(_fn, grouped_mm)
+ATEN.add("_grouped_mm", grouped_mm)
+ATEN.add("transformers::grouped_mm_fallback", grouped_mm)
+
+
 # ---------------------------------------------------------------------------------- pooling
 def _pool(imp, op_name, x, kernel_size, stride, padding, dilation, ceil_mode, n, **extra):
     x = tensor(x)
@@ -229,8 +282,15 @@ def _pool(imp, op_name, x, kernel_size, stride, padding, dilation, ceil_mode, n,
     kernel = pair(kernel_size, n)
     strides = pair(stride if stride not in (None, [], ()) else kernel, n)
     p = pair(padding, n)
+    dilated = dilation is not None and any(d != 1 for d in pair(dilation, n))
+    if ceil_mode and not dilated:
+        # a window longer than an unpadded axis (HF EfficientNet's pooler: kernel hidden_dim on 1 x 1): torch's
+        # ceil mode gives one window over the whole axis, which is the window of the axis' own size
+        size = list(x.shape[2:])
+        kernel = [size[i] if p[i] == 0 and isinstance(size[i], int) and kernel[i] > size[i] else kernel[i]
+                  for i in range(n)]
     attrs = dict(kernel_shape=kernel, strides=strides, pads=p + p, ceil_mode=int(bool(ceil_mode)), **extra)
-    if dilation is not None and any(d != 1 for d in pair(dilation, n)):
+    if dilated:
         attrs["dilations"] = pair(dilation, n)
     return imp.op(op_name, x, **attrs)
 

@@ -1,4 +1,4 @@
-"""Converters for the ops that choose or write elements by index: topk (the IR's TopK), scatter /
+"""Converters for the ops that choose or write elements by index: topk and sort / argsort (the IR's TopK), scatter /
 scatter_add / scatter_reduce / index_add (ScatterElements), index_put and `x[idx] = v` with index tensors
 (ScatterND), `x[mask] = v` with a boolean mask and a one-element value (Where). Static shapes; every write
 is out of place (a copy with the elements replaced), as the importer's other in-place forms.
@@ -30,6 +30,43 @@ def _topk(imp, x, k, dim=-1, largest=True, sorted=True, *, out=None):
                              sorted=int(bool(sorted)), outputs=2)
     return torch.return_types.topk((values, indices))
 
+
+
+def _sorted(imp, x, dim, descending):
+    """(values, indices) of a full sort along dim: one TopK of k = the axis' size (its ties go by the lower
+    index, the order torch's stable sort gives)."""
+    x = tensor(x)
+    if x.dtype == "bool":
+        raise Untranslatable("sort of a bool tensor")
+    r = max(rank(x), 1)
+    axis = norm_axis(int(dim), r)
+    size = imp.shape_of(x)[axis] if rank(x) else 1
+    return imp.op("TopK", x, imp.ints([int(size)]), axis=axis, largest=int(bool(descending)), sorted=1,
+                  outputs=2)
+
+
+@FUNCTIONS.register(torch.sort)
+@METHODS.register("sort")
+def _sort(imp, x, dim=-1, descending=False, stable=None, *, out=None):
+    """torch.sort (also with stable=True): values and indices as one TopK."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    if isinstance(dim, bool):
+        raise Untranslatable("sort with a bool dim")
+    return torch.return_types.sort(_sorted(imp, x, dim, descending))
+
+
+@FUNCTIONS.register(torch.argsort)
+@METHODS.register("argsort")
+def _argsort(imp, x, dim=-1, descending=False, stable=False):
+    """torch.argsort: the indices of a full TopK."""
+    return _sorted(imp, x, dim, descending)[1]
+
+
+@FUNCTIONS.register(torch.msort)
+@METHODS.register("msort")
+def _msort(imp, x):
+    return _sorted(imp, x, 0, False)[0]
 
 # ------------------------------------------------------------------------------------- ScatterElements
 def _updates(imp, src, index: Value, like: Value) -> Value:
@@ -225,4 +262,4 @@ ATEN.update({"index_put": _index_put, "index_put_": _index_put, "_unsafe_index_p
              "scatter": lambda imp, x, dim, index, src, reduce=None: _scatter(
                  imp, x, dim, index, src, reduce=reduce),
              "scatter_add": _scatter_add, "scatter_reduce": _scatter_reduce, "index_add": _index_add,
-             "topk": _topk})
+             "topk": _topk, "sort": _sort})

@@ -1,0 +1,132 @@
+"""Constructs the widened reach sweep (benchmarks/reach.py --full) found opaque, in small modules: vector
+norms (ConvNeXt-V2's GRN, F.normalize in cosine attention), weight-norm parametrized convolutions
+(Wav2Vec2 / HuBERT's positional convolution), FNet's `torch.fft.fftn(x).real` and the grouped
+mixture-of-experts forward of transformers (sort, histc, its grouped_mm op). Each traces with no
+opaque node and the optimized module equals the original on a fresh input; what stays opaque says why."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import aiacc
+from tests.plugins.torch._helpers import assert_close_rel
+
+
+class _Norms(nn.Module):
+    def forward(self, x):
+        g = torch.norm(x, p=2, dim=(1, 2), keepdim=True)  # ConvNeXt-V2's global response norm
+        y = x * (g / (g.mean(dim=-1, keepdim=True) + 1e-6))
+        y = y + torch.nn.functional.normalize(x, dim=-1) + torch.linalg.vector_norm(x, ord=1, dim=-1, keepdim=True)
+        y = y + x.norm(dim=-1, keepdim=True) + torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
+        return y + torch.linalg.vector_norm(x, 3, dim=(-2, -1), keepdim=True) + x.norm()
+
+
+class _WeightNormConv(nn.Module):
+    """Wav2Vec2's positional convolution: a grouped Conv1d with weight_norm over its kernel axis (dim=2),
+    as nn.utils.parametrizations.weight_norm makes it, beside one normalized over its output channels."""
+
+    def __init__(self):
+        super().__init__()
+        wn = nn.utils.parametrizations.weight_norm
+        self.pos = wn(nn.Conv1d(8, 8, 5, padding=2, groups=2), name="weight", dim=2)
+        self.lin = wn(nn.Linear(8, 6))
+
+    def forward(self, x):
+        return self.lin((x + self.pos(x)).transpose(1, 2))
+
+
+class _FNetMixing(nn.Module):
+    """FNet's token mixing (2-d DFT over sequence and hidden, its real part), a 1-d DFT of a DFT with the
+    "ortho" scaling, and an imaginary part."""
+
+    def forward(self, x):
+        a = torch.fft.fftn(x, dim=(1, 2)).real
+        b = torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2, norm="ortho").real
+        return a + b + torch.imag(torch.fft.fft2(x, norm="forward")) + torch.real(x)
+
+
+class _GroupedExperts(nn.Module):
+    """transformers' grouped mixture-of-experts forward (Mixtral, Qwen-MoE...): route with topk, sort the
+    (token, expert) pairs by expert, count them per expert with histc, one grouped product over the sorted
+    rows, and the inverse permutation written with index_put."""
+
+    def __init__(self, experts=4, hidden=8, top_k=2):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.w = nn.Parameter(torch.randn(experts, hidden, 6) * 0.3)
+        self.experts, self.top_k = experts, top_k
+
+    def forward(self, x):
+        weights, ids = torch.topk(self.gate(x).softmax(-1), self.top_k, dim=-1)
+        ids_g, perm = torch.sort(ids.reshape(-1))
+        rows = x[perm // self.top_k]
+        counts = torch.histc(ids_g.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        y = grouped_mm(rows, self.w, offsets) * weights.reshape(-1)[perm].unsqueeze(-1)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.size(0))
+        return y[inv].view(x.shape[0], self.top_k, -1).sum(1), torch.argsort(x, dim=-1, descending=True)
+
+
+def grouped_mm(x, w, offs):
+    """transformers' own fallback op where it is installed (what its MoE models call on CPU), else the
+    same loop (a function the importer has no converter for would stay opaque: the test then fails)."""
+    try:
+        from tests.reach import _models as M
+
+        M.transformers()
+        import transformers.integrations.moe  # noqa: F401  (registers torch.ops.transformers.*)
+
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs=offs)
+    except ImportError:
+        pytest.skip("transformers is not installed")
+
+
+CASES = {
+    "grouped_experts": (_GroupedExperts, lambda: (torch.randn(10, 8),)),
+    "norms": (_Norms, lambda: (torch.randn(2, 6, 8),)),
+    "weight_norm_parametrization": (_WeightNormConv, lambda: (torch.randn(2, 8, 12),)),
+    "fft_real_part": (_FNetMixing, lambda: (torch.randn(2, 6, 8),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_translates_whole_and_equal(name):
+    torch.manual_seed(0)
+    cls, feed = CASES[name]
+    model, x, fresh = cls().eval(), feed(), feed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, x)
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
+
+
+def test_weight_norm_gets_gradients_in_train_mode():
+    # traced through the parametrization: the weight is computed from original0 / original1 in the graph
+    torch.manual_seed(0)
+    model = _WeightNormConv().train()
+    x = torch.randn(2, 8, 12)
+    graph = aiacc.trace(model, (x,), mode="train")
+    assert [n.op for n in graph if n.is_opaque] == []
+    names = {q for q, _, _ in graph.meta["torch.state"].values()}
+    assert "pos.parametrizations.weight.original0" in names and "pos.parametrizations.weight.original1" in names
+
+
+class _ComplexUse(nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x).abs()  # the magnitude needs complex arithmetic the IR lacks
+
+
+def test_fft_used_as_complex_stays_opaque_with_its_reason():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(_ComplexUse().eval(), (torch.randn(2, 8),), frontend="fx")
+    assert [n for n in graph if n.is_opaque]
+    reasons = " ".join(graph.meta["torch.opaque_reasons"].values())
+    assert "no complex tensors" in reasons
