@@ -35,7 +35,11 @@ the simulator's predicted step for the candidate's plan on the same measured cos
 profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB (fp16 rows:
 its float16 medians, 512 B to 8 MB); the
-measured contention of compute and communication); the lower bound of any plan on those costs; the largest
+measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
+backward beside a stream of 1 MB all-reduces); the lower bound of any plan on those costs (meas/LB: with the
+measured contention, `lower_bound(contention=True)`: compute and transport share the core, so the CPU that the
+in-flight all-reduces take is compute that no plan gets back; meas/LB0: the bound without contention, which
+every row on a shared core stays above by that CPU); the largest
 parameter difference from DDP 25 MB after the run (same data, seeds and steps: a check that each candidate
 really reduced the gradients). The 2 cores of this machine are shared with whatever else runs: numbers are
 noisy, hence interleaving and medians.
@@ -451,6 +455,12 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
         spec = hvd.broadcast_object(spec, 0, "measured model spec")  # rank 0's costs, as the plans use
+        # the contention of compute and communication with this model's own forward + backward beside a
+        # stream of 1 MB all-reduces (planning.probe_contention): kept in the cluster that every aiacc plan
+        # made after this, the simulator and the bound use
+        probe_model, _, probe_loss = build(name, rank)
+        cluster = planning.probe_contention(lambda: probe_loss(probe_model).backward())
+        del probe_model
         best = None
         if sweep:  # a short interleaved sweep of DDP's bucket size; its best is a candidate of the main run
             swept = candidates(name, rank, world, sweep, spec, None, only_sweep=True)
@@ -480,12 +490,14 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         spec = ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s * scale, l.backward_s * scale, l.grads)
                                           for l in spec.layers))
         rows = {}
-        bounds = {c: (lower_bound(spec, cluster, costs[c], c), lower_bound(spec, cluster, costs[c], c, sync="step"))
-                  for c in ("none", "fp16")}
+        # the bound of any plan with the measured contention (contention_floor) and without it
+        bounds = {(c, cont): (lower_bound(spec, cluster, costs[c], c, contention=cont),
+                              lower_bound(spec, cluster, costs[c], c, sync="step", contention=cont))
+                  for c in ("none", "fp16") for cont in (True, False)}
         for label, (m, _, plan, compression, *_) in cands.items():
             steady = {}
             if plan is None:
-                pred = lb = local_s
+                pred = lb = lb0 = local_s
             else:
                 sync = plan.params.get("sync", "step") if label.startswith("aiacc") else "step"
                 if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
@@ -499,9 +511,10 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                 it = sim.iteration_s
                 it_step = it if sync == "step" else simulate(spec, cluster, plan, costs[compression],
                                                              validate=False, sync="step").iteration_s
-                lb_layer, lb_step = bounds[compression]
+                lb_layer, lb_step = bounds[compression, True]
                 pred = ((block - 1) * it + it_step) / block
                 lb = ((block - 1) * lb_layer + lb_step) / block
+                lb0 = ((block - 1) * bounds[compression, False][0] + bounds[compression, False][1]) / block
                 steady = {"predicted_steady": it, "lower_bound_steady": lb_layer,
                           # the simulated steady iteration's all-reduces (start, end, bytes, first tensors), for
                           # comparison with --timeline-steps' measured ones
@@ -513,13 +526,15 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             if ref64 is not None and label != LOCAL:  # (LOCAL trains on one rank's data)
                 report["f64"][name][label] = max(float((p.detach().double() - ref64[n]).abs().max())
                                                  for n, p in m.named_parameters())
-            rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb, "param_diff": diff, **steady,
+            rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb,
+                           "lower_bound_no_contention": lb0, "param_diff": diff, **steady,
                            "buckets": len(plan.buckets) if plan is not None else 0,
                            "sync": plan.params.get("sync") if plan is not None else None,
                            "notes": plan.notes if plan is not None else ""}
         report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
                                   "rows": rows, "ddp_best_mb": best,
+                                  "contention": (cluster.compute_slowdown, cluster.comm_slowdown),
                                   "slowest_compute_s": statistics.median(times[SLOWEST]),
                                   "steps_per_candidate": (steps + warmup) * block}
         if save_params:  # every candidate's parameters, for the CI smoke's check against one process
@@ -581,7 +596,7 @@ def table(reports: dict[str, dict]):
                     + ("each node on its own core" if nodes <= cores else f"{nodes} ranks on {cores} cores: oversubscribed")
                     + "), medians of interleaved steps")
     for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
-                "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "steady ms", "steady pred/meas",
+                "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "meas/LB0", "steady ms", "steady pred/meas",
                 "steady/LB", "max |param - DDP|"):
         t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
     for rate, rep in reports.items():
@@ -599,7 +614,8 @@ def table(reports: dict[str, dict]):
                           if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
                           f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
-                          f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}", *steady_cells(r),
+                          f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
+                          f"{med / r.get('lower_bound_no_contention', r['lower_bound']):.2f}", *steady_cells(r),
                           "" if label.startswith("1 rank") else f"{r['param_diff']:.1e}")
             t.add_section()
     return t
@@ -665,6 +681,12 @@ def main() -> None:
                       "; fp16 " + ", ".join(f"{b / 1e6:g} MB {t * 1e3:.1f}" for b, t in
                                             reports[rate].get("samples_fp16", ())) +
                       f" ({time.monotonic() - t0:.0f} s)", highlight=False)
+    for rate, rep in reports.items():
+        for name, m in rep["models"].items():
+            if m.get("contention"):
+                console.print(f"{rate} {name}: beside its own forward + backward (planning.probe_contention) "
+                              f"compute {m['contention'][0]:.2f}x / all-reduce {m['contention'][1]:.2f}x slower",
+                              highlight=False)
     console.print(table(reports))
     for rate, rep in reports.items():  # --f64-check
         for name, f in rep.get("f64", {}).items():

@@ -103,7 +103,46 @@ def measurements(dtype: str = "float32") -> list[tuple[int, float]]:
     return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
 
 
-def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> ClusterSpec:
+def calibration_sizes(up_to_bytes: float | None = None, sizes: Sequence[int] = CALIBRATION_SIZES) -> tuple[int, ...]:
+    """The float32 element counts of `sizes` that `calibrate` measures for messages of at most
+    `up_to_bytes` (e.g. a model's gradient bytes: no bucket of its plans is larger): the sizes below it
+    and the first one at or above it, so that every message the plans can send lies between two samples
+    (at least 3 sizes: `banked_time` needs one between the smallest and the largest). None: all."""
+    ordered = sorted(int(n) for n in sizes)
+    if up_to_bytes is None:
+        return tuple(ordered)
+    out: list[int] = []
+    for n in ordered:
+        out.append(n)
+        if 4 * n >= up_to_bytes and len(out) >= 3:
+            break
+    return tuple(out)
+
+
+def _timed_allreduce(n: int, reps: int, dtype=None) -> float:
+    """Seconds per all-reduce of `n` elements of `dtype` (float32 by default) in a stream: the median over
+    `reps` batches (fewer for messages above 1 MB) of the mean of back-to-back all-reduces after a barrier."""
+    t = torch.zeros(n, dtype=dtype or torch.float32)
+    if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
+        collective("calibration all-reduce", lambda: dist.all_reduce(t))
+    # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
+    # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
+    # stream, so each batch carries at least BATCH_BYTES (up to BATCH_MAX_MESSAGES): the mean of each batch,
+    # the median over batches
+    times = []
+    nbytes = t.element_size() * n
+    k = batch_messages(nbytes)
+    for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
+        collective("calibration barrier", dist.barrier)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            collective("calibration all-reduce", lambda: dist.all_reduce(t))
+        times.append((time.perf_counter() - t0) / k)
+    return float(np.median(times))
+
+
+def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
+              up_to_bytes: float | None = None) -> ClusterSpec:
     """The job's cluster as measured on the actual process group: for each of `sizes` float32 elements,
     the median over `reps` batches of the mean time of back-to-back all-reduces (the median, not the
     fastest: a training step pays the typical time, scheduling delays of a loaded core included), kept
@@ -111,11 +150,18 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
     alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
     ranks per node); the same in float16 from FP16_MIN_NUMEL elements up (`allreduce_samples_fp16`, for
     fp16 compression); the idle wire time a token-bucket link banks (`banked_time`, the ClusterSpec's
-    banked_s); and the contention of compute and communication (`measure_contention`). Rank
+    banked_s); and the contention of compute and communication (`measure_contention`, with a generic
+    workload; `probe_contention` re-measures it with the model's own). Rank
     0's measurement is shared by all ranks so that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips
-    the measurement and assumes that network between nodes."""
+    the measurement and assumes that network between nodes.
+
+    up_to_bytes (e.g. the model's gradient bytes, as `plan_for` gives): only the sizes that messages of
+    at most that many bytes need (`calibration_sizes`); a later call that needs larger ones measures
+    just those and adds them (the contention measured first is kept). Every rank must pass the same."""
     global _CLUSTER
-    if _CLUSTER is not None:
+    want = calibration_sizes(up_to_bytes, sizes)
+    have = {b for b, _ in _SAMPLES}
+    if _CLUSTER is not None and (not _CLUSTER.allreduce_samples or all(4 * n in have for n in want)):
         return _CLUSTER
     world = dist.get_world_size()
     nodes, per = cluster_shape(world)
@@ -123,34 +169,18 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
         gbps = float(os.environ.get("AIACC_NETWORK_GBPS", 25))
         _CLUSTER = ClusterSpec(nodes=nodes, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
         return _CLUSTER
-
-    def timed(n: int, dtype=torch.float32) -> float:
-        t = torch.zeros(n, dtype=dtype)
-        if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
-            collective("calibration all-reduce", lambda: dist.all_reduce(t))
-        # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
-        # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
-        # stream, so each batch carries at least BATCH_BYTES (up to BATCH_MAX_MESSAGES): the mean of each batch,
-        # the median over batches
-        times = []
-        nbytes = t.element_size() * n
-        k = batch_messages(nbytes)
-        for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
-            collective("calibration barrier", dist.barrier)
-            t0 = time.perf_counter()
-            for _ in range(k):
-                collective("calibration all-reduce", lambda: dist.all_reduce(t))
-            times.append((time.perf_counter() - t0) / k)
-        return float(np.median(times))
-
-    samples = [(4 * n, timed(n)) for n in sizes]
+    new = [n for n in want if 4 * n not in have]
+    samples = [(4 * n, _timed_allreduce(n, reps)) for n in new]
     # fp16 payloads (compression): gloo sums float16 on the CPU at its own rate per byte
-    samples16 = [(2 * n, timed(n, torch.float16)) for n in sizes if n >= FP16_MIN_NUMEL]
-    mid = min(sizes, key=lambda n: abs(n - (1 << 20)))  # 4 MB: a typical bucket
-    slowdowns = measure_contention(mid, dict(samples)[4 * mid], reps)
-    samples, samples16, slowdowns = broadcast_object((samples, samples16, slowdowns), 0, "calibration")
-    _SAMPLES[:] = samples
-    _SAMPLES16[:] = samples16
+    samples16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
+    if _CLUSTER is None:  # probe messages no larger than the largest calibrated one (the plans' buckets)
+        slowdowns = measure_contention(numel=min(PROBE_NUMEL, max(want)), reps=max(2, min(3, reps)))
+    else:
+        slowdowns = (_CLUSTER.compute_slowdown, _CLUSTER.comm_slowdown)
+    samples, samples16 = broadcast_object((samples, samples16), 0, "calibration")
+    _SAMPLES[:] = sorted(_SAMPLES + samples)
+    _SAMPLES16[:] = sorted(_SAMPLES16 + samples16)
+    samples, samples16 = list(_SAMPLES), list(_SAMPLES16)
     lat, coef = fit_alpha_beta(samples)
     _CLUSTER = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), compute_slowdown=slowdowns[0],
                                    comm_slowdown=slowdowns[1], banked_s=banked_time(samples),
@@ -160,40 +190,128 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES) -> Cluste
     return _CLUSTER
 
 
-def measure_contention(numel: int, alone_s: float, reps: int = 3) -> tuple[float, float]:
-    """(compute slowdown, communication slowdown) when an all-reduce of `numel` float32 elements (alone:
-    `alone_s` seconds) runs beside compute on this process's cores, as backward does while its gradients
-    are reduced. Compute is a loop of small matrix products run until the all-reduce has finished; each
-    factor is the median over `reps` of (time with the other beside it) / (time alone), at least 1."""
-    a = torch.randn(160, 160)
+CONTENTION_CAP = 10.0  # a slowdown above this is reported as this (a stream starved beside compute)
+PROBE_NUMEL = 1 << 18  # float32 elements of each all-reduce of the contention probe: a 1 MB bucket
+PROBE_MAX_MESSAGES = 64
+
+
+def contention_factors(unit_s: float, units: int, compute_s: float, comm_alone_s: float,
+                       comm_s: float) -> tuple[float, float]:
+    """(compute slowdown, communication slowdown) of one probe in the simulator's contention model
+    (aiacc.core.comm.simulate: compute runs `cs` times slower while an all-reduce is in flight, an
+    all-reduce `ns` times slower while compute runs): `units` workload units of `unit_s` seconds alone
+    took `compute_s` with a stream of all-reduces (`comm_alone_s` alone) started beside them at time 0 and
+    done at `comm_s`.
+
+    Stream done first: they overlapped for `comm_s` (ns = comm_s / comm_alone_s), in which compute lost
+    the `compute_s - units * unit_s` it took longer, comm_s * (1 - 1/cs). Compute done first: it ran slowed
+    all along (cs = compute_s / work) and the stream did the rest of its work alone after it. Both at
+    least 1 and at most CONTENTION_CAP (a stream that made no progress beside compute)."""
+    work = unit_s * units
+    if not (work > 0 and comm_alone_s > 0 and compute_s > 0 and comm_s > 0):
+        raise CommError(f"contention probe: times must be positive, got unit {unit_s} x {units}, compute "
+                        f"{compute_s}, stream alone {comm_alone_s}, stream beside compute {comm_s}")
+    if comm_s <= compute_s:
+        lost = compute_s - work
+        cs = comm_s / (comm_s - lost) if lost < comm_s else CONTENTION_CAP
+        ns = comm_s / comm_alone_s
+    else:
+        cs = compute_s / work
+        left = comm_alone_s - (comm_s - compute_s)  # stream work done while compute ran
+        ns = compute_s / left if left > 0 else CONTENTION_CAP
+    return tuple(float(min(CONTENTION_CAP, max(1.0, f))) for f in (cs, ns))
+
+
+def backward_like_workload(width: int = 512, batch: int = 128, layers: int = 3):
+    """A default compute workload for the contention probe where the model's own is not given: forward and
+    backward of a `layers`-deep MLP (GEMMs and their transposes, as a backward runs), ~10 ms on one core."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
+    x = torch.randn(batch, width)
 
     def unit() -> None:
-        torch.mm(a, a)
+        net(x).sum().backward()
+    return unit
 
-    for _ in range(5):
-        unit()
-    t0 = time.perf_counter()
-    for _ in range(50):
-        unit()
-    unit_s = (time.perf_counter() - t0) / 50
-    buf = torch.zeros(numel)
-    cs, ns = [], []
-    for _ in range(reps):
+
+def measure_contention(workload=None, *, numel: int = PROBE_NUMEL, reps: int = 5) -> tuple[float, float]:
+    """(compute slowdown, communication slowdown) of this job's ranks when a stream of back-to-back async
+    all-reduces of `numel` float32 elements (a plan's buckets) runs on the actual process group beside
+    `workload` (a callable, one unit of compute: e.g. the model's own forward + backward; default
+    `backward_like_workload`), as backward does while its buckets are reduced: gloo's reductions and the
+    kernel's network stack take CPU from the cores that compute, and compute delays the transport.
+
+    The stream lasts about one workload unit alone (2 to PROBE_MAX_MESSAGES messages, rank 0's count), the
+    compute at least 1.5 times the stream alone (2 to 64 units), so that compute outlasts the stream; per rep, `contention_factors` of the two
+    times (the stream's end timed by a thread waiting on it); the median over `reps`, averaged over the
+    ranks (all get the same factors, so their plans agree). A collective: every rank calls it."""
+    import threading
+
+    workload = workload or backward_like_workload()
+    for _ in range(2):
+        workload()
+    alone = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        workload()
+        alone.append(time.perf_counter() - t0)
+    unit_s = float(np.median(alone))
+    bufs = [torch.zeros(numel) for _ in range(2)]
+
+    def stream(k: int) -> list:
+        return [collective("contention all-reduce", lambda b=bufs[i % 2]: dist.all_reduce(b, async_op=True))
+                for i in range(k)]
+
+    def stream_alone(k: int) -> float:
         collective("contention barrier", dist.barrier)
         t0 = time.perf_counter()
-        work = collective("contention all-reduce", lambda: dist.all_reduce(buf, async_op=True))
-        iters = 0
-        while not work.is_completed():
-            unit()
-            iters += 1
-        elapsed = time.perf_counter() - t0
-        collective("contention all-reduce", work.wait)
-        if iters:
-            cs.append(elapsed / iters / unit_s)
-            ns.append(elapsed / alone_s)
-    if not cs:
-        return 1.0, 1.0
-    return max(1.0, float(np.median(cs))), max(1.0, float(np.median(ns)))
+        for w in stream(k):
+            collective("contention all-reduce", w.wait)
+        return time.perf_counter() - t0
+
+    two = stream_alone(2)
+    k = int(min(PROBE_MAX_MESSAGES, max(2, round(2 * unit_s / max(two, 1e-9)))))
+    k = int(broadcast_object(k, 0, "contention probe size"))
+    comm_alone = float(np.median([stream_alone(k) for _ in range(max(1, reps))]))
+    units = int(min(64, max(2, -(-1.5 * comm_alone // unit_s))))  # compute outlasts the stream
+    cs, ns = [], []
+    for _ in range(max(1, reps)):
+        done: list[float] = []
+        collective("contention barrier", dist.barrier)
+        t0 = time.perf_counter()
+        works = stream(k)
+
+        def wait_all(works=works, done=done) -> None:
+            for w in works:
+                w.wait()  # (releases the GIL)
+            done.append(time.perf_counter())
+        th = threading.Thread(target=wait_all, daemon=True)
+        th.start()
+        for _ in range(units):
+            workload()
+        compute_s = time.perf_counter() - t0
+        th.join(timeout=None)
+        collective("contention all-reduce", lambda: [w.wait() for w in works])  # a failure raises here
+        f = contention_factors(unit_s, units, compute_s, comm_alone, done[0] - t0)
+        cs.append(f[0])
+        ns.append(f[1])
+    mine = torch.tensor([float(np.median(cs)), float(np.median(ns))], dtype=torch.float64)
+    collective("contention result", lambda: dist.all_reduce(mine))
+    mine /= dist.get_world_size()
+    return float(mine[0]), float(mine[1])
+
+
+def probe_contention(workload, *, numel: int = PROBE_NUMEL, reps: int = 5) -> ClusterSpec:
+    """Re-measure the contention of compute and communication with `workload` (the model's own forward +
+    backward: `measure_contention`) and keep it in the job's calibrated cluster (`calibrate`), which the
+    plans made after this (`plan_for`) and their simulation use; returns that cluster. A collective."""
+    global _CLUSTER
+    cluster = _CLUSTER if _CLUSTER is not None else calibrate()
+    if dist.get_world_size() == 1 or not cluster.allreduce_samples:
+        return cluster  # nothing measured to compete with (an assumed network: AIACC_NETWORK_GBPS)
+    cs, ns = measure_contention(workload, numel=numel, reps=reps)
+    _CLUSTER = dataclasses.replace(cluster, compute_slowdown=cs, comm_slowdown=ns)
+    return _CLUSTER
 
 
 def choose_plan(spec: ModelSpec, cluster: ClusterSpec, plan: str | Plan = "aiacc", *, compression: str = "none",
@@ -238,7 +356,10 @@ def plan_for(params: Sequence[tuple[str, Sequence[int], Any]], plan: str | Plan 
     if sync not in ("step", "layer", "auto"):  # on every rank, before rank 0 plans alone
         raise CommError(f"unknown sync {sync!r}; expected 'step', 'layer' or 'auto'")
     spec = model_spec or gradient_specs_from_params(params, name="model", forward_s=1e-3)
-    cluster = calibrate() if dist.is_initialized() else ClusterSpec(1, 1, 1e9)
+    # the transport measured up to the model's gradient bytes (no message of its plans is larger)
+    # (from `params`, the same on every rank, whatever model_spec a rank was given)
+    grad_bytes = sum(g.nbytes for g in gradient_specs_from_params(params).gradients())
+    cluster = calibrate(up_to_bytes=grad_bytes) if dist.is_initialized() else ClusterSpec(1, 1, 1e9)
     chosen = None
     if not dist.is_initialized() or dist.get_rank() == 0:
         # sync "step": the executor waits for every bucket before the update (synchronize); "layer": each

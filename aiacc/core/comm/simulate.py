@@ -215,11 +215,49 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
     return SimResult(plan.strategy, t, model.forward_s + model.backward_s, float(sum(dur)), nb, order, events)
 
 
+def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,
+                     compression: str = "none") -> float:
+    """An iteration time no plan can beat where compute and communication contend (`cluster`'s
+    compute_slowdown cs and comm_slowdown ns, `simulate`'s contended rules), whatever its waits.
+
+    Split the iteration into time with both lanes busy (T_o), compute alone (T_c), network alone (T_n)
+    and neither. Compute does its C = forward + backward seconds of work: T_c + T_o / cs = C; the network
+    its messages' W seconds: T_n + T_o / ns = W. So T >= C + W - k T_o with k = 1/cs + 1/ns - 1, and
+    T_o <= min(cs C, ns W): T >= C + W - max(0, k) min(cs C, ns W), which does not decrease with W, so
+    W may be replaced by a bound on it: every set of messages carrying all N bytes costs at least c(N)
+    on a concave cost with c(0) >= 0 (subadditive; on measured costs each of `CostModel.bound_lines`
+    at N, whose latency is not negative). With the network shorter than compute that is
+    C + ns W (1 - 1/cs): the compute the in-flight communication takes from the cores. Without
+    contention it is C + W - min(C, W) = max(C, W), which `lower_bound` already exceeds."""
+    import numpy as np
+    from aiacc.core.comm.plan import COMPRESSIONS
+
+    cost = cost or CostModel(cluster, compression=compression)
+    compute = model.forward_s + model.backward_s
+    if cluster.world_size == 1:
+        return compute
+    wire_dtype = COMPRESSIONS[compression]
+    total = float(sum(g.numel * np.dtype(wire_dtype or g.dtype).itemsize for l in model.layers for g in l.grads))
+    if total <= 0:
+        return compute
+    if isinstance(cost, CostModel) and cost.measured is not None:
+        w = max(float(line(total)) for line in cost.bound_lines())
+    else:
+        w = float(concave_minorant(cost).time(total)) if isinstance(cost, CostModel) else float(cost.time(total))
+    cs, ns = cluster.compute_slowdown, cluster.comm_slowdown
+    k = 1.0 / cs + 1.0 / ns - 1.0
+    return compute + w - max(0.0, k) * min(cs * compute, ns * w)
+
+
 def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,
-                compression: str = "none", *, subdivisions: int = 16, sync: str = "layer") -> float:
+                compression: str = "none", *, subdivisions: int = 16, sync: str = "layer",
+                contention: bool = False) -> float:
     """An iteration time no plan can beat on this model under the cost model (`simulate`'s rules).
     sync "layer" (default): any plan with either wait (a per-layer wait is never slower than a global
     one); sync "step": plans whose next forward waits for every all-reduce (see the end).
+    By default the bound ignores `cluster`'s contention (a bound without it is a bound with it:
+    contention only adds time); `contention=True` also takes `contention_floor`, the bound that
+    charges the measured contention.
 
     Notation: ready[k] is when layer k's backward ends, F[k] the forward of layers k..end, P[k] the
     bytes of layers 0..k, N all bytes; k0 / kl are the first / last layers with gradients, so
@@ -263,6 +301,9 @@ def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None =
     from aiacc.core.comm.plan import COMPRESSIONS
 
     cost = cost or CostModel(cluster, compression=compression)
+    if contention and cluster.contended:
+        return max(lower_bound(model, cluster, cost, compression, subdivisions=subdivisions, sync=sync),
+                   contention_floor(model, cluster, cost, compression))
     if cluster.world_size == 1:
         return model.forward_s + model.backward_s
     # the argument below needs a concave cost; measured (interpolated) costs are bounded by each line
