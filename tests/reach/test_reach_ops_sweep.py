@@ -1,7 +1,8 @@
 """Constructs the widened reach sweep (benchmarks/reach.py --full) found opaque, in small modules: vector
 norms (ConvNeXt-V2's GRN, F.normalize in cosine attention), weight-norm parametrized convolutions
 (Wav2Vec2 / HuBERT's positional convolution), FNet's `torch.fft.fftn(x).real` and the grouped
-mixture-of-experts forward of transformers (sort, histc, its grouped_mm op). Each traces with no
+mixture-of-experts forward of transformers (sort, histc, its grouped_mm op), and the slice writes
+torch.export functionalizes (slice_scatter, select_scatter, copy). Each traces with no
 opaque node and the optimized module equals the original on a fresh input; what stays opaque says why."""
 from __future__ import annotations
 
@@ -116,6 +117,33 @@ def test_weight_norm_gets_gradients_in_train_mode():
     assert [n.op for n in graph if n.is_opaque] == []
     names = {q for q, _, _ in graph.meta["torch.state"].values()}
     assert "pos.parametrizations.weight.original0" in names and "pos.parametrizations.weight.original1" in names
+
+
+class _SliceWrites(nn.Module):
+    """In-place writes into slices (BEiT's relative position table, ViT-MAE's token shuffle), which
+    torch.export functionalizes into aten.slice_scatter / select_scatter / copy."""
+
+    def forward(self, x, z):
+        y = torch.zeros(x.shape[0], 7, x.shape[2])
+        y[:, 1:5] = x
+        y[:, 0] = z
+        y[:, ::3] = y[:, ::3] * 2.0
+        t = torch.empty_like(x)
+        t.copy_(z.unsqueeze(1))
+        return y, t + x
+
+
+def test_export_slice_writes_translate():
+    model = _SliceWrites().eval()
+    feed = lambda: (torch.randn(2, 4, 3), torch.randn(2, 3))  # noqa: E731
+    x, fresh = feed(), feed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x, frontend="export")
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, x, frontend="export")
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), 1e-6)
 
 
 class _ComplexUse(nn.Module):

@@ -223,6 +223,48 @@ def _binary_promoted(torch_fn):
     return conv
 
 
+def _copy(imp, x, src, non_blocking=False):
+    """aten.copy (functionalized `x.copy_(src)` / `x[...] = src`): src in x's dtype, broadcast to x's shape."""
+    x, src = tensor(x), tensor(src, "src")
+    if src.dtype != x.dtype:
+        src = imp.op("Cast", src, to=x.dtype)
+    return src if src.shape == x.shape else imp.op("Expand", src, imp.op("Shape", x))
+
+
+def _slice_scatter(imp, x, src, dim=0, start=None, end=None, step=1):
+    """aten.slice_scatter (functionalized `x[:, a:b] = src`): x with x[dim, start:end:step] replaced by src,
+    as a Concat of x's parts around src (step 1) or a ScatterElements of the written indices."""
+    x, src = tensor(x), tensor(src, "src")
+    r = rank(x)
+    axis = norm_axis(dim, r)
+    size = x.shape[axis]
+    if not isinstance(size, int) or any(isinstance(a, Value) for a in (start, end, step)):
+        raise Untranslatable("slice_scatter on an axis of unknown size or with tensor bounds")
+    first, stop, step = slice(start, end, step).indices(size)
+    if src.dtype != x.dtype:
+        src = imp.op("Cast", src, to=x.dtype)
+    if step == 1:
+        parts = []
+        if first > 0:
+            parts.append(_slice(imp, x, axis, 0, first))
+        parts.append(src)
+        if stop < size:
+            parts.append(_slice(imp, x, axis, stop, size))
+        return parts[0] if len(parts) == 1 else imp.op("Concat", *parts, axis=axis)
+    shape = imp.shape_of(src)
+    where = np.arange(first, stop, step, dtype=np.int64).reshape([-1 if i == axis else 1 for i in range(r)])
+    return imp.op("ScatterElements", x, imp.const(np.broadcast_to(where, shape).copy()), src, axis=axis,
+                  reduction="none")
+
+
+def _select_scatter(imp, x, src, dim, index):
+    """aten.select_scatter (functionalized `x[:, i] = src`): the slice i:i+1 written with src unsqueezed."""
+    x = tensor(x)
+    axis = norm_axis(dim, rank(x))
+    i = int(index) % x.shape[axis] if isinstance(x.shape[axis], int) else int(index)
+    return _slice_scatter(imp, x, imp.op("Unsqueeze", tensor(src, "src"), imp.ints([axis])), axis, i, i + 1)
+
+
 ATEN.update({
     "view": _aten_view, "reshape": _aten_view, "_unsafe_view": _aten_view, "expand": _aten_expand,
     "pow": _binary_promoted(torch.pow), "add": _binary_promoted(torch.add), "sub": _binary_promoted(torch.sub),
@@ -236,7 +278,7 @@ ATEN.update({
     "new_full": _new_constant(None),
     "triu": _triangle(True), "tril": _triangle(False),
     "flip": _flip, "einsum": _einsum, "group_norm": _group_norm, "constant_pad_nd": _constant_pad,
-    "squeeze": _squeeze_dims,
+    "squeeze": _squeeze_dims, "copy": _copy, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "upsample_nearest2d": _upsample("nearest"), "upsample_bilinear2d": _upsample("bilinear"),
 })
 
