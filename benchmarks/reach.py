@@ -89,7 +89,7 @@ TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixne
              "swinv2_tiny_window8_256@256", "swinv2_cr_tiny_ns_224@224", "swin_s3_tiny_224@224",
              "nest_tiny_jx@224", "sebotnet33ts_256@256", "botnet26t_256@256", "halonet26t@256",
              "lambda_resnet26t@256", "eca_resnet33ts", "gcresnet33ts", "resnet26t", "seresnext26d_32x4d",
-             "skresnet18", "resnet50d", "resnetrs50", "resnetblur18", "resnet10t", "bat_resnext26ts",
+             "skresnet18", "resnet50d", "resnetrs50", "resnetblur18", "resnet10t", "bat_resnext26ts@256",
              "haloregnetz_b@224", "cait_xxs36_224#64", "pit_xs_224@224", "gmlp_ti16_224@224", "gmixer_12_224@224",
              "convmixer_768_32", "vovnet39a", "ese_vovnet19b_slim", "selecsls42", "densenetblur121d", "dpn68",
              "res2next50", "resnest26d", "regnetv_040", "regnetz_b16", "mobilevitv2_075", "mobilevit_xs",

@@ -87,3 +87,11 @@ def test_transformers_returns_its_model_output(name):
 def test_transformers_without_mask_gets_only_the_given_input():
     model, x, fresh = M.hf_model("bert", with_mask=False)
     check_whole_and_verified(model, x, fresh)
+
+
+@needs_hf
+@pytest.mark.parametrize("name", ["wav2vec2", "fnet", "convnextv2", "efficientnet_hf"])
+def test_transformers_found_opaque_by_the_sweep(name):
+    # weight-norm parametrized positional conv (Wav2Vec2), FNet's fft(...).real, ConvNeXt-V2's GRN norm,
+    # EfficientNet's pooler window longer than its 1 x 1 input: each kept nodes opaque or failed before
+    check_whole_and_verified(*M.hf_model(name))

@@ -1,5 +1,5 @@
 """Constructs the widened reach sweep (benchmarks/reach.py --full) found opaque, in small modules: vector
-norms (ConvNeXt-V2's GRN, F.normalize in cosine attention), weight-norm parametrized convolutions
+norms (ConvNeXt-V2's GRN, F.normalize in cosine attention), any / all, Tensor.unfold windows, weight-norm parametrized convolutions
 (Wav2Vec2 / HuBERT's positional convolution), FNet's `torch.fft.fftn(x).real` and the grouped
 mixture-of-experts forward of transformers (sort, histc, its grouped_mm op), and the slice writes
 torch.export functionalizes (slice_scatter, select_scatter, copy). Each traces with no
@@ -22,7 +22,9 @@ class _Norms(nn.Module):
         y = x * (g / (g.mean(dim=-1, keepdim=True) + 1e-6))
         y = y + torch.nn.functional.normalize(x, dim=-1) + torch.linalg.vector_norm(x, ord=1, dim=-1, keepdim=True)
         y = y + x.norm(dim=-1, keepdim=True) + torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
-        return y + torch.linalg.vector_norm(x, 3, dim=(-2, -1), keepdim=True) + x.norm()
+        y = y + torch.linalg.vector_norm(x, 3, dim=(-2, -1), keepdim=True) + x.norm()
+        flags = (x > 0.5).any(dim=-1, keepdim=True) | torch.all(x > -1.0, 1, keepdim=True) | x.any()  # Longformer's
+        return y * flags.to(y.dtype)
 
 
 class _WeightNormConv(nn.Module):
@@ -86,7 +88,16 @@ def grouped_mm(x, w, offs):
         pytest.skip("transformers is not installed")
 
 
+class _Windows(nn.Module):
+    """timm HaloNet's halo windows: Tensor.unfold twice (overlapping windows with a step)."""
+
+    def forward(self, x):
+        kv = torch.nn.functional.pad(x, [1, 1, 1, 1]).unfold(2, 4, 2).unfold(3, 4, 2)  # (N, C, 3, 3, 4, 4)
+        return kv.reshape(x.shape[0], x.shape[1], 9, 16).sum(-1) + x.unfold(-1, 6, 6).sum(-1).mean()
+
+
 CASES = {
+    "unfold_windows": (_Windows, lambda: (torch.randn(2, 3, 6, 6),)),
     "grouped_experts": (_GroupedExperts, lambda: (torch.randn(10, 8),)),
     "norms": (_Norms, lambda: (torch.randn(2, 6, 8),)),
     "weight_norm_parametrization": (_WeightNormConv, lambda: (torch.randn(2, 8, 12),)),

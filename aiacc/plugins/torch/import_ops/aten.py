@@ -278,7 +278,8 @@ ATEN.update({
     "new_full": _new_constant(None),
     "triu": _triangle(True), "tril": _triangle(False),
     "flip": _flip, "einsum": _einsum, "group_norm": _group_norm, "constant_pad_nd": _constant_pad,
-    "squeeze": _squeeze_dims, "copy": _copy, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
+    "squeeze": _squeeze_dims, "unfold": METHODS["unfold"],  # Tensor.unfold's (not F.unfold's im2col)
+    "copy": _copy, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "upsample_nearest2d": _upsample("nearest"), "upsample_bilinear2d": _upsample("bilinear"),
 })
 

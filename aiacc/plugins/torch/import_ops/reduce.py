@@ -132,3 +132,25 @@ def _histc(imp, x, bins=100, min=0, max=0, *, out=None):
                     imp.op("LessOrEqual", flat, imp.scalar_like(hi, x)))
     hit = imp.op("And", imp.op("Equal", b, imp.const(np.arange(bins, dtype=x.dtype)[None, :])), inside)
     return imp.op("ReduceSum", imp.op("Cast", hit, to=x.dtype), imp.ints([0]), keepdims=0)
+
+
+# ---------------------------------------------------------------------------------- any / all
+def _truth(kind: str):
+    def conv(imp, x, dim=None, keepdim=False, *, out=None):
+        """torch.any / torch.all: the elements as bool (non-zero), the max / min over the axes (as int32:
+        every runtime reduces it), back to bool."""
+        if out is not None:
+            raise Untranslatable("out= argument")
+        x = tensor(x)
+        r = rank(x)
+        dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
+        flags = imp.op("Cast", x if x.dtype == "bool" else imp.op("Cast", x, to="bool"), to="int32")
+        y = imp.op("ReduceMax" if kind == "any" else "ReduceMin", flags, imp.ints([norm_axis(d, r) for d in dims]),
+                   keepdims=int(bool(keepdim)))
+        return imp.op("Cast", y, to="bool")
+    return conv
+
+
+for _kind in ("any", "all"):
+    FUNCTIONS.add(getattr(torch, _kind), _truth(_kind))
+    METHODS.add(_kind, _truth(_kind))

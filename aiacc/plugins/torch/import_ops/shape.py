@@ -618,3 +618,24 @@ def _one_hot(imp, x, num_classes=-1):
     hot = imp.op("Equal", imp.op("Unsqueeze", x, imp.ints([rank(x)])),
                  imp.const(np.arange(int(num_classes), dtype=np.int64)))
     return imp.op("Cast", hot, to="int64")
+
+
+# ------------------------------------------------------------------------------------ sliding windows
+@METHODS.register("unfold")
+def _tensor_unfold(imp, x, dimension, size, step):
+    """Tensor.unfold(dim, size, step) (timm's HaloNet blocks): the windows x[..., i*step : i*step+size, ...]
+    as a Gather of a constant [windows, size] index along dim, the window axis moved last (torch's layout)."""
+    x = tensor(x)
+    r = rank(x)
+    axis = norm_axis(int(dimension), max(r, 1))
+    length = x.shape[axis] if r else 1
+    if not isinstance(length, int) or any(isinstance(a, Value) for a in (size, step)):
+        raise Untranslatable("unfold of an axis of unknown size or with tensor arguments")
+    size, step = int(size), int(step)
+    if step <= 0 or size > length:
+        raise Untranslatable(f"unfold size {size} step {step} of an axis of {length}")
+    windows = (length - size) // step + 1
+    index = np.arange(windows, dtype=np.int64)[:, None] * step + np.arange(size, dtype=np.int64)[None, :]
+    y = imp.op("Gather", x, imp.const(index), axis=axis)  # x[:axis] + [windows, size] + x[axis+1:]
+    perm = list(range(axis + 1)) + list(range(axis + 2, r + 1)) + [axis + 1]
+    return y if perm == list(range(r + 1)) else imp.op("Transpose", y, perm=perm)
