@@ -11,10 +11,17 @@ scaling W costs C*O multiplies per sample instead of C*H*W, and the product is w
 The gate's own fully connected layers, 1x1 convolutions of a [N, C, 1, 1] map, run as one oneDNN inner
 product on [N, C] (`conv1x1_as_linear`, post-op included) instead of a convolution call.
 
+The squeeze itself, `act2(fc2(act1(fc1(GlobalAveragePool(x)))))` (act1 a fused activation or the SiLU
+FusedElementwise after fc1), runs as one numba kernel (`se_squeeze`, aiacc/core/runtime/numba_se.py): one pass
+over x for the mean, both layers on the pooled vector. Measured why (benchmarks/elementwise.py nets, 2 threads):
+oneDNN sets up a convolution (or inner product) of a [N, C, 1, 1] map in 80-140 us per call whatever its size,
+so level 2's pool + two 1x1 convolutions cost 250-380 us per block at batch 1, the kernel 24-60 us.
+
 Level 3 only, and only where measured faster: `choose(graph)` (run by numba_op.choose_fusions in the torch
 native export when the level-3 elementwise_fusion pass ran) times both forms on random tensors of the node's
 shapes, interleaved, and records conv.meta[META_KEY] = (kept, note, kind): "kept: se gate in the GEMM 0.70x",
-"kept: 1x1 conv as inner product 0.60x" or "dropped: ... slower 1.10x". The export planner registered here
+"kept: 1x1 conv as inner product 0.60x", "kept: se squeeze in one numba kernel 0.12x" (on the second FC) or
+"dropped: ... slower 1.10x". The export planner registered here
 (exporter.FUSION_PLANNERS) lowers the kept ones: the Mul is skipped and the convolution becomes one
 `se_gated_conv1x1` / `conv1x1_as_linear` call (plain functions, so the GraphModule saves, loads and traces like
 the rest; under autograd, tracing or on other devices and dtypes they run the multiply and F.conv2d / F.linear).
@@ -29,8 +36,16 @@ from aiacc.core.ir import Graph, Node, Value
 from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.exporter import FUSION_PLANNERS, Fusions, arg
 
-META_KEY = "torch.se_gate"  # conv node.meta: (kept: bool, note, "gate" | "fc")
+META_KEY = "torch.se_gate"  # conv node.meta: (kept: bool, note, "gate" | "fc" | "squeeze")
 MODE_ENV = "AIACC_SE_GATE"  # "measure" (default), "on" (always, when it applies), "off"
+# the squeeze kernel: "measure" (default), "on", "off"; unset it follows an explicit AIACC_SE_GATE=on|off as
+# "off" (that pins the FC layers' form), else measures
+SQUEEZE_ENV = "AIACC_SE_SQUEEZE"
+
+try:  # numba only inside aiacc/core/runtime; without it the squeeze is never a candidate
+    from aiacc.core.runtime import numba_se as _numba_se
+except ImportError:  # pragma: no cover - numba missing
+    _numba_se = None
 
 
 @fastpath._fx_leaf
@@ -79,6 +94,54 @@ def conv1x1_as_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     n, c = x.shape[:2]
     o = weight.shape[0]
     return fastpath.linear(x.reshape(n, c), weight.reshape(o, c), bias, attr, scalars, algorithm).view(n, o, 1, 1)
+
+
+def _act_code(attr: str, scalars) -> tuple[int, tuple[float, float]] | None:
+    """A oneDNN post-op (attr, scalars) as the squeeze kernel's activation code and params, or None."""
+    if _numba_se is None or attr not in _numba_se.ACTS:
+        return None
+    params = [float(v) for v in (scalars or [])]
+    if attr == "hardsigmoid":
+        params = params or [1 / 6, 0.5]
+    elif attr == "leaky_relu":
+        params = params or [0.01]
+    return _numba_se.ACTS[attr], tuple((params + [0.0, 0.0])[:2])
+
+
+def _transposed(weight: torch.Tensor) -> np.ndarray:
+    """A [O, I, 1, 1] weight as a C-contiguous [I, O] float32 array, cached per weight (fastpath._packed:
+    re-made when the weight's storage or version changes)."""
+    return fastpath._packed(weight, "se_squeeze.T", lambda w: w.reshape(w.shape[0], -1).t().contiguous()).numpy()
+
+
+@fastpath._fx_leaf
+def se_squeeze(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
+               b2: torch.Tensor | None, act1: str = "none", scalars1: list | tuple = (), act2: str = "none",
+               scalars2: list | tuple = ()) -> torch.Tensor:
+    """Squeeze-excite's gate act2(conv2d(act1(conv2d(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2)), [N, C, 1, 1]
+    (w1 [R, C, 1, 1], w2 [C, R, 1, 1]; acts oneDNN post-op names), as one numba kernel call on x's memory
+    (channels-last or NCHW) where it applies: CPU float32, no autograd, no tracer. Elsewhere the same ops in
+    torch."""
+    codes = (_act_code(act1, scalars1), _act_code(act2, scalars2))
+    n, c = x.shape[:2]
+    if x.dim() == 4 and None not in codes and fastpath.usable(x, w1, b1) and fastpath.usable(x, w2, b2) \
+            and w1.shape[0] == w2.shape[1] and w1.shape[1] == c == w2.shape[0] and x.numel() > 0:
+        h, w = x.shape[2:]
+        if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+            x3, last = x.permute(0, 2, 3, 1).reshape(n, h * w, c), True  # a view: [N, HW, C]
+        else:
+            x3, last = x.contiguous().reshape(n, c, h * w), False
+        r = w1.shape[0]
+        bias1 = b1 if b1 is not None else torch.zeros(r)
+        bias2 = b2 if b2 is not None else torch.zeros(c)
+        out = torch.empty(n, c, 1, 1)
+        (a1, p1), (a2, p2) = codes
+        _numba_se.se_squeeze(x3.numpy(), last, _transposed(w1), bias1.detach().numpy(), _transposed(w2),
+                             bias2.detach().numpy(), a1, a2, out.numpy().reshape(n, c), p1, p2)
+        return out
+    s = F.adaptive_avg_pool2d(x, 1)
+    s = fastpath._UNARY[act1](F.conv2d(s, w1, b1), list(scalars1), None)
+    return fastpath._UNARY[act2](F.conv2d(s, w2, b2), list(scalars2), None)
 
 
 def _static4(v: Value | None) -> bool:
@@ -145,6 +208,76 @@ def match_fc(conv: Node) -> tuple | None:
     return ("none", [], None)
 
 
+def _single_reader(v: Value | None) -> Node | None:
+    if v is None or v.is_graph_output or len(v.uses) != 1:
+        return None
+    return v.users()[0]
+
+
+def match_squeeze(fc2: Node) -> tuple | None:
+    """(pool, fc1, the SiLU FusedElementwise between them or None, x, post1, post2) when `fc2` ends a squeeze
+    `fc2(act1(fc1(GlobalAveragePool(x))))`: fc1 and fc2 1x1 convolutions of [N, C, 1, 1] maps (match_fc),
+    act1 fc1's own post-op or a SiLU FusedElementwise reading it, every intermediate read by the next step
+    alone, x a static float32 4-D map, both activations ones the kernel has; else None."""
+    post2 = match_fc(fc2)
+    if post2 is None:
+        return None
+    v = fc2.inputs[0]
+    p = v.producer if v is not None else None
+    fe = None
+    if p is not None and (p.domain, p.op) == ("aiacc", "FusedElementwise"):
+        from aiacc.plugins.torch.numba_op import EPILOGUES
+
+        if p.attrs.get("program") not in EPILOGUES or len(p.inputs) != 1 or _single_reader(v) is not fc2:
+            return None
+        fe, v = p, p.inputs[0]
+        p = v.producer if v is not None else None
+    if p is None or _single_reader(v) is not (fe or fc2):
+        return None
+    fc1 = p
+    post1 = match_fc(fc1)
+    if post1 is None:
+        return None
+    post1 = _post(fc1, post1)
+    if fe is not None:
+        if post1[0] not in ("none", "swish"):
+            return None
+        post1 = tuple(EPILOGUES[fe.attrs["program"]])
+    pv = fc1.inputs[0]
+    pool = pv.producer if pv is not None else None
+    if pool is None or (pool.domain, pool.op) != ("", "GlobalAveragePool") or _single_reader(pv) is not fc1:
+        return None
+    x = pool.inputs[0]
+    if not _static4(x) or fc1.inputs[1].shape[1] != x.shape[1] or fc2.inputs[1].shape[0] != x.shape[1]:
+        return None
+    post2 = _post(fc2, post2)
+    if _act_code(post1[0], post1[1]) is None or _act_code(post2[0], post2[1]) is None \
+            or post1[2] not in (None, "none") or post2[2] not in (None, "none"):
+        return None
+    return pool, fc1, fe, x, post1, post2
+
+
+def _squeeze_pair(got, fc2: Node, rng) -> tuple:
+    """(the squeeze kernel, level 2's pool and two oneDNN 1x1 convolutions) on random tensors of the shapes."""
+    pool, fc1, fe, x, post1, post2 = got
+
+    def t(shape):
+        return torch.from_numpy(rng.standard_normal(shape).astype("float32"))
+
+    xt = t(x.shape).contiguous(memory_format=torch.channels_last)  # as the convolution before returns it
+    w1, w2 = t(fc1.inputs[1].shape), t(fc2.inputs[1].shape)
+    b1 = t(fc1.inputs[2].shape) if len(fc1.inputs) > 2 and fc1.inputs[2] is not None else None
+    b2 = t(fc2.inputs[2].shape) if len(fc2.inputs) > 2 and fc2.inputs[2] is not None else None
+    one, zero = [1, 1], [0, 0]
+
+    def unfused():
+        s = F.adaptive_avg_pool2d(xt, 1)
+        s = fastpath.conv2d(s, w1, b1, one, zero, one, 1, post1[0], list(post1[1]), post1[2])
+        return fastpath.conv2d(s, w2, b2, one, zero, one, 1, post2[0], list(post2[1]), post2[2])
+    return (lambda: se_squeeze(xt, w1, b1, w2, b2, post1[0], list(post1[1]), post2[0], list(post2[1])),
+            unfused)
+
+
 def _fc_pair(conv: Node, post, rng) -> tuple:
     """(inner product, the 1x1 oneDNN convolution) as eager calls on random tensors of the node's shapes."""
     def t(shape):
@@ -188,8 +321,10 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
     """For each convolution `match` accepts (x * gate into a 1x1 conv), time the gated GEMM against the
     multiply and the convolution (level 2's form); for each `match_fc` accepts (a 1x1 conv of a 1x1 map),
     the inner product against the convolution; keep the faster: conv.meta[META_KEY] = (kept, note, kind).
-    Returns {conv name: note}. `timer(fused, unfused) -> (s, s)` replaces the timing (tests);
-    AIACC_SE_GATE=on / off skips it."""
+    Before those, each squeeze match_squeeze accepts: the numba kernel against the pool and two convolutions
+    (its note under the pool's name; a kept one's fc1 and fc2 are no candidates for the other forms).
+    Returns {node name: note}. `timer(fused, unfused) -> (s, s)` replaces the timing (tests);
+    AIACC_SE_GATE=on / off and AIACC_SE_SQUEEZE=on / off skip it."""
     import os
 
     from aiacc.plugins.torch.numba_op import _time_pair
@@ -199,7 +334,10 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
     rng = np.random.default_rng(0)
     notes: dict[str, str] = {}
     seen: dict[tuple, tuple] = {}
+    squeezed = _choose_squeezes(graph, timer, rng, notes)
     for node in graph:
+        if id(node) in squeezed:
+            continue
         node.meta.pop(META_KEY, None)
         got = match(node)
         kind = "gate"
@@ -235,6 +373,46 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
     return notes
 
 
+def _choose_squeezes(graph: Graph, timer, rng, notes: dict) -> set[int]:
+    """The squeeze kernel against level 2's pool and convolutions, per match_squeeze: fc2.meta[META_KEY] =
+    (kept, note, "squeeze"), the note in `notes`. Returns the ids of fc1 and fc2 of kept squeezes (not
+    candidates for the other forms)."""
+    import os
+
+    mode = os.environ.get(SQUEEZE_ENV) or ("off" if os.environ.get(MODE_ENV, "measure") != "measure" else "measure")
+    taken: set[int] = set()
+    seen: dict[tuple, tuple] = {}
+    what = "se squeeze in one numba kernel"
+    for node in graph:
+        node.meta.pop(META_KEY, None)
+        got = match_squeeze(node) if _numba_se is not None and mode != "off" else None
+        if got is None:
+            continue
+        pool, fc1, fe, x, post1, post2 = got
+        if mode == "on":
+            decision = (True, f"kept: {what} ({SQUEEZE_ENV}=on)", "squeeze")
+        else:
+            key = (tuple(x.shape), tuple(fc1.inputs[1].shape), len(fc1.inputs), len(node.inputs), str(post1),
+                   str(post2))
+            decision = seen.get(key)
+            if decision is None:
+                try:
+                    f, u = timer(*_squeeze_pair(got, node, rng))
+                except Exception as e:  # noqa: BLE001  (a form that cannot run here is not kept)
+                    decision = (False, f"dropped: {what} failed ({type(e).__name__}: {e})", "squeeze")
+                else:
+                    r = f / u if u > 0 else float("inf")
+                    decision = (True, f"kept: {what} {r:.2f}x", "squeeze") if r < 1.0 else \
+                        (False, f"dropped: {what} slower {r:.2f}x", "squeeze")
+                seen[key] = decision
+        node.meta[META_KEY] = decision
+        notes[pool.name] = decision[1]  # by the pool's name: fc2 may get an "fc" note when this is dropped
+        if decision[0]:
+            fc1.meta.pop(META_KEY, None)
+            taken.update((id(fc1), id(node)))
+    return taken
+
+
 def _post(conv: Node, post):
     """The post-op: the node's own activation, else the SiLU its reader became (numba_op's conv epilogue)."""
     epilogue = conv.meta.get("torch.conv_epilogue")
@@ -243,10 +421,17 @@ def _post(conv: Node, post):
 
 def _plan(graph: Graph, f: Fusions) -> None:
     """Export planner: a kept gate (META_KEY) absorbs its Mul into one se_gated_conv1x1 call, a kept 1x1 map
-    convolution becomes conv1x1_as_linear."""
+    convolution becomes conv1x1_as_linear, a kept squeeze absorbs its pool, fc1 (and SiLU) into one se_squeeze
+    call on fc2."""
     for node in graph:
         decision = node.meta.get(META_KEY)
         if not decision or not decision[0] or id(node) in f.special or id(node) in f.skip:
+            continue
+        if decision[2] == "squeeze":
+            got = match_squeeze(node)
+            if got is not None and not any(id(n) in f.special or id(n) in f.skip for n in got[:3] if n is not None):
+                f.skip.update(id(n) for n in got[:3] if n is not None)
+                f.special[id(node)] = _squeeze_special(node, got)
             continue
         if decision[2] == "fc":
             post = match_fc(node)
@@ -259,6 +444,17 @@ def _plan(graph: Graph, f: Fusions) -> None:
         mul, x, g, post = got
         f.skip.add(id(mul))
         f.special[id(node)] = _special(node, x, g, _post(node, post))
+
+
+def _squeeze_special(fc2: Node, got):
+    pool, fc1, fe, x, post1, post2 = got
+    b1 = fc1.inputs[2] if len(fc1.inputs) > 2 else None
+    b2 = fc2.inputs[2] if len(fc2.inputs) > 2 else None
+
+    def lower(b, ln, n):
+        return [b.call(se_squeeze, arg(b, x), arg(b, fc1.inputs[1]), arg(b, b1), arg(b, fc2.inputs[1]), arg(b, b2),
+                       post1[0], list(post1[1]), post2[0], list(post2[1]))]
+    return lower
 
 
 def _fc_special(conv: Node, post):
