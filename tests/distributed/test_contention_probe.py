@@ -54,11 +54,11 @@ def test_factors_are_clamped_and_checked():
 
 def _two_layer_case():
     """Two layers of 0.1 s backward each (forward 0), gradients "a" (first layer) and "b"; buckets b then
-    a, each 0.05 s on the wire."""
+    a, each 0.05 s on the wire (4000 bytes at 0.05 / 4000 s per byte)."""
     model = ModelSpec("m", (Layer("L0", 0.0, 0.1, (GradientSpec("a", 1000),)),
                             Layer("L1", 0.0, 0.1, (GradientSpec("b", 1000),))))
     plan = Plan("by hand", (Bucket((Piece("b", 0, 1000),)), Bucket((Piece("a", 0, 1000),))))
-    return model, plan, LinearCost(Linear(0.05, 0.0))
+    return model, plan, LinearCost(Linear(0.0, 0.05 / 4000))
 
 
 @pytest.fixture
@@ -92,10 +92,12 @@ def test_an_injected_measurement_reaches_the_cluster_and_the_prediction(fake_job
     # done 0.04 and ends alone at 0.22; bucket a 0.22-0.27. Without contention: 0.25
     assert simulate(model, fake_job, plan, cost, sync="step").iteration_s == pytest.approx(0.25)
     assert simulate(model, got, plan, cost, sync="step").iteration_s == pytest.approx(0.27)
-    # the contended bound: C + ns W (1 - 1/cs) with C = 0.2, W = c(all bytes) = 0.05: 0.22; without
-    # contention the bound is compute + the last bucket's 0.05 = 0.25 (the plan is optimal there)
-    assert contention_floor(model, got, cost) == pytest.approx(0.2 + 1.2 * 0.05 * (1 - 1 / 1.5))
-    assert lower_bound(model, got, cost, sync="step", contention=True) == pytest.approx(0.25)
+    # the contended bound, C = 0.2, W = c(all bytes) = 0.1, first layer's w0 = 0.05, a = ns (1 - 1/cs) = 0.4:
+    # C + W - (1/cs + 1/ns - 1) min(cs C, ns W) = 0.24 and C + a W + (1 - a) w0 = 0.27, which this plan
+    # reaches; without contention the bound is compute + the first layer's 0.05 = 0.25
+    assert contention_floor(model, got, cost) == pytest.approx(0.2 + 0.4 * 0.1 + 0.6 * 0.05)
+    assert lower_bound(model, got, cost, sync="step", contention=True) == pytest.approx(0.27)
+    assert lower_bound(model, got, cost, sync="step") == pytest.approx(0.25)
     assert lower_bound(model, got, cost, sync="step") == lower_bound(model, fake_job, cost, sync="step")
     # a job of one rank or with an assumed network keeps its cluster
     monkeypatch.setattr(planning, "_CLUSTER", ClusterSpec(2, 1, 1.25e7))
@@ -103,18 +105,21 @@ def test_an_injected_measurement_reaches_the_cluster_and_the_prediction(fake_job
 
 
 def test_contention_floor_by_hand_and_without_contention():
-    model = ModelSpec("m", (Layer("L0", 0.05, 0.3, (GradientSpec("a", 1 << 20),)),))
-    cost = LinearCost(Linear(0.0, 5e-8))  # 4 MB: 0.21 s
-    w = 4 * (1 << 20) * 5e-8
+    model = ModelSpec("m", (Layer("L0", 0.05, 0.15, (GradientSpec("a", 1000),)),
+                            Layer("L1", 0.0, 0.15, (GradientSpec("b", 1 << 20),))))
+    cost = LinearCost(Linear(0.0, 5e-8))
+    w, w0, c_s = 4 * ((1 << 20) + 1000) * 5e-8, 4000 * 5e-8, 0.35
     c = ClusterSpec(2, 1, 1e9, compute_slowdown=1.25, comm_slowdown=1.1)
-    # network shorter than compute slowed: C + ns W (1 - 1/cs)
-    assert 1.1 * w < 1.25 * 0.35
-    assert contention_floor(model, c, cost) == pytest.approx(0.35 + w - (0.8 + 1 / 1.1 - 1) * 1.1 * w)
-    assert contention_floor(model, c, cost) == pytest.approx(0.35 + 1.1 * w * (1 - 1 / 1.25))
+    k, a = 0.8 + 1 / 1.1 - 1, 1.1 * (1 - 1 / 1.25)
+    assert 1.1 * w < 1.25 * c_s  # the network is shorter than compute slowed
+    by_overlap, by_tail = c_s + w - k * 1.1 * w, c_s + a * w + (1 - a) * w0
+    assert by_tail > by_overlap and contention_floor(model, c, cost) == pytest.approx(by_tail)
+    # 1/cs + 1/ns <= 1 and a > 1: overlap saves nothing
     assert contention_floor(model, dataclasses.replace(c, compute_slowdown=3.0, comm_slowdown=3.0), cost) \
-        == pytest.approx(0.35 + w)  # 1/cs + 1/ns <= 1: overlap saves nothing
-    assert contention_floor(model, ClusterSpec(2, 1, 1e9), cost) == pytest.approx(max(0.35, w))
-    assert contention_floor(model, ClusterSpec(1, 1, 1e9), cost) == pytest.approx(0.35)
+        == pytest.approx(c_s + w)
+    # no contention: compute, then the first layer's bytes (or the network, if longer)
+    assert contention_floor(model, ClusterSpec(2, 1, 1e9), cost) == pytest.approx(max(c_s + w0, w))
+    assert contention_floor(model, ClusterSpec(1, 1, 1e9), cost) == pytest.approx(c_s)
 
 
 def _plans(model, cluster, rng):

@@ -228,7 +228,12 @@ def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | N
     on a concave cost with c(0) >= 0 (subadditive; on measured costs each of `CostModel.bound_lines`
     at N, whose latency is not negative). With the network shorter than compute that is
     C + ns W (1 - 1/cs): the compute the in-flight communication takes from the cores. Without
-    contention it is C + W - min(C, W) = max(C, W), which `lower_bound` already exceeds."""
+    contention it is C + W - min(C, W) = max(C, W), which `lower_bound` already exceeds.
+
+    The first layer's gradients (where it has any) are ready only when backward ends and are needed by
+    the first forward layer, so their messages run while compute waits: T_n >= w0, the cost of those
+    bytes. With T_o = ns (W - T_n): T >= C + a W + (1 - a) T_n, a = ns (1 - 1/cs); where a <= 1 that is
+    at least C + a W + (1 - a) w0 (W and w0 bounded below as W is)."""
     import numpy as np
     from aiacc.core.comm.plan import COMPRESSIONS
 
@@ -240,13 +245,22 @@ def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | N
     total = float(sum(g.numel * np.dtype(wire_dtype or g.dtype).itemsize for l in model.layers for g in l.grads))
     if total <= 0:
         return compute
-    if isinstance(cost, CostModel) and cost.measured is not None:
-        w = max(float(line(total)) for line in cost.bound_lines())
-    else:
-        w = float(concave_minorant(cost).time(total)) if isinstance(cost, CostModel) else float(cost.time(total))
+    first = float(sum(g.numel * np.dtype(wire_dtype or g.dtype).itemsize for g in model.layers[0].grads))
+
+    def least(nbytes: float) -> float:  # no set of messages carrying nbytes costs less
+        if nbytes <= 0:
+            return 0.0
+        if isinstance(cost, CostModel) and cost.measured is not None:
+            return max(float(line(nbytes)) for line in cost.bound_lines())
+        return float(concave_minorant(cost).time(nbytes)) if isinstance(cost, CostModel) else float(cost.time(nbytes))
+    w, w0 = least(total), least(first)
     cs, ns = cluster.compute_slowdown, cluster.comm_slowdown
     k = 1.0 / cs + 1.0 / ns - 1.0
-    return compute + w - max(0.0, k) * min(cs * compute, ns * w)
+    floor = compute + w - max(0.0, k) * min(cs * compute, ns * w)
+    a = ns * (1.0 - 1.0 / cs)
+    if a <= 1.0:
+        floor = max(floor, compute + a * w + (1.0 - a) * w0)
+    return floor
 
 
 def lower_bound(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,
