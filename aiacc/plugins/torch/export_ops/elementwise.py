@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from aiacc.errors import UnsupportedError
+from aiacc.plugins.torch.dropout import dropout
 from aiacc.plugins.torch.exporter import LOWERINGS
 
 
@@ -174,4 +175,5 @@ def _dropout(b, n):
         raise UnsupportedError(f"node {n.name}: Dropout's mask output has no torch counterpart")
     if not bool(training) or ratio == 0:
         return [n.arg(0), None]
-    return [b.call(F.dropout, n.arg(0), float(ratio), True), None]
+    # F.dropout's masks and RNG use, drawn faster on CPU (aiacc.plugins.torch.dropout)
+    return [b.call(dropout, n.arg(0), float(ratio), True), None]
