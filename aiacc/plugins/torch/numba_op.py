@@ -282,7 +282,8 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
     node.meta[META_KEY] = (kept numba op, note), on an absorbing FusedConv meta[EPILOGUE_KEY] = its post-op,
     and returns {node name: note} ("kept: numba 0.41x", "kept: conv epilogue swish 0.80x", "dropped:
     slower 1.30x", "dropped: ..." when it cannot run). After the level-3 pass (graph.meta["elementwise_fusion"])
-    it also runs se_gate.choose (squeeze-excite's gate in the projection GEMM) and returns its notes too.
+    it also runs se_gate.choose (squeeze-excite's squeeze as one numba kernel, its gate in the projection GEMM)
+    and returns its notes too.
     `timer(fused, unfused) -> (s, s)` replaces the timing (tests)."""
     import os
 
