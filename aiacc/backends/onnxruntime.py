@@ -26,7 +26,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph, Node
 from aiacc.core.partition import Segment, partition
-from aiacc.errors import KernelError, UnsupportedError, fallback
+from aiacc.errors import KernelError, UnsupportedError, fallback, first_line
 
 
 _SHORT = {"tensorrt": "TensorrtExecutionProvider", "trt": "TensorrtExecutionProvider",
@@ -125,12 +125,18 @@ class OrtGraphRunner:
     """onnxruntime sessions for each supported run of `graph`; opaque nodes run through `run_opaque`."""
 
     def __init__(self, graph: Graph, *, providers: Sequence[str] | None = None, intra_op_threads: int = 0,
-                 run_opaque: Callable[[Node, list], list] | None = None, spinning: bool = False):
+                 run_opaque: Callable[[Node, list], list] | None = None, spinning: bool = False,
+                 fusions: bool = True):
         """intra_op_threads: threads per session (0: the CPUs this process may use). spinning: let idle
         onnxruntime workers busy-wait for the next op (onnxruntime's default). Off by default: the host
         framework's own threads (and the other segments' sessions) share the cores with them, and on a
         busy machine spinning workers and onnxruntime's default pinning of one worker per core slowed
-        ResNet-50 3-4x (benchmarks/inference.py); on an idle machine spinning gains about 5%."""
+        ResNet-50 3-4x (benchmarks/inference.py); on an idle machine spinning gains about 5% (spinning
+        only inside a run, session.force_spinning_stop, measured no faster interleaved with torch models
+        on 2 cores: BERT-small 11.8 vs 11.4 ms).
+        fusions: on CPU sessions, write each multi-head attention as onnxruntime's fused kernel
+        (aiacc.backends.ort_fusions; `fused_ops` counts them); a segment whose fused form onnxruntime
+        refuses runs unfused (warned)."""
         try:
             import onnxruntime as ort
         except ImportError as e:
@@ -161,6 +167,8 @@ class OrtGraphRunner:
         if self.device[0] != "cpu":  # record which provider runs each node, to report CPU fallbacks
             options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         self._ort, self._options, self._to_onnx = ort, options, to_onnx
+        self.fusions = fusions and self.device[0] == "cpu"  # the fused kernels are checked on CPU only
+        self.fused_ops: dict[str, int] = {}  # com.microsoft kernel -> how many the sessions run
         self.fallback_nodes: list[str] = []  # nodes onnxruntime could not build, run on aiacc's kernels
         segments, self.segments = self.segments, []
         for seg in segments:
@@ -176,10 +184,28 @@ class OrtGraphRunner:
 
     def _session(self, graph: Graph):
         """An onnxruntime session for a segment, or None when onnxruntime refuses it (e.g. no kernel for
-        an op at these dtypes)."""
+        an op at these dtypes). With `fusions`, attention is written as onnxruntime's fused kernels first;
+        a fused form onnxruntime refuses is built without them."""
+        model = self._to_onnx(graph)
+        if self.fusions:
+            from aiacc.backends.ort_fusions import fuse_attention
+
+            counts = {k: v for k, v in fuse_attention(model).items() if v}
+            if counts:
+                try:
+                    sess = self._ort.InferenceSession(model.SerializeToString(), self._options,
+                                                      providers=self._providers)
+                except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types
+                    fallback("onnxruntime-fusions", f"onnxruntime refused its fused attention kernels "
+                             f"({', '.join(counts)}) in graph {graph.name}: {first_line(e)}; running the "
+                             f"attention unfused")
+                    model = self._to_onnx(graph)
+                else:
+                    for k, v in counts.items():
+                        self.fused_ops[k] = self.fused_ops.get(k, 0) + v
+                    return sess
         try:
-            return self._ort.InferenceSession(self._to_onnx(graph).SerializeToString(), self._options,
-                                              providers=self._providers)
+            return self._ort.InferenceSession(model.SerializeToString(), self._options, providers=self._providers)
         except Exception:  # onnxruntime raises its own exception types (NotImplemented, Fail, InvalidGraph)
             return None
 
