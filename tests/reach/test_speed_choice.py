@@ -82,3 +82,23 @@ def test_fusions_off_gives_the_plain_graph_with_equal_outputs():
     feeds = {k: v.numpy() for k, v in x.items()}
     for a, b in zip(plain.run(feeds), fast.runner.run(feeds)):
         assert np.abs(a - b).max() <= 1e-4 * max(np.abs(a).max(), 1e-12)
+
+
+def test_direct_binding_matches_the_signature_binding():
+    """The call path that skips inspect.Signature binds what bind_inputs binds, and a call it cannot take
+    (a missing input) still gets bind_inputs' error."""
+    from aiacc.errors import ShapeError
+    from aiacc.plugins.torch.importer import bind_inputs
+
+    model, x, _ = M.hf_speed_model("bert", "small", seq=16)
+    model.eval()
+    fast = _optimize(model, x)
+    assert fast._direct is not None
+    slow = bind_inputs(fast.signature, (), dict(x))
+    expect = {name: slow[e[1]] for e in fast.signature for name in e[2]}
+    for args, kwargs in (((), dict(x)), ((x["input_ids"],), {"attention_mask": x["attention_mask"]}),
+                         ((x["input_ids"], x["attention_mask"]), {})):
+        got = {name: t for t, name in fast.input_leaves(args, kwargs)}
+        assert got.keys() == expect.keys() and all(got[k] is expect[k] for k in got)
+    with pytest.raises(ShapeError):
+        fast.input_leaves((), {"input_ids": x["input_ids"]})

@@ -29,11 +29,23 @@ class RunnerModule(nn.Module):
         self.signature = graph.meta.get("torch.signature") or [("input", v.name, [v.name], None)
                                                                 for v in graph.inputs]
         self.outputs = graph.meta.get("torch.outputs")
+        # parameters that are one tensor graph input each, in order: a call passing exactly those, as
+        # tensors, is bound without building an inspect.Signature (~0.3 ms of a 10 ms BERT call)
+        entries = [e for e in self.signature if not (e[1].startswith("**") and not e[2])]  # an unused **kwargs
+        plain = all(e[0] == "input" and not e[1].startswith("*") and len(e[2]) == 1 and e[2][0] is not None
+                    for e in entries)
+        self._direct = {e[1]: e[2][0] for e in entries} if plain else None
 
     def input_leaves(self, args: tuple, kwargs: dict) -> list:
         """(tensor, graph input name) for each tensor of the call that is a graph input."""
         from aiacc.plugins.torch.importer import bind_inputs
 
+        direct = self._direct
+        if direct is not None and len(args) + len(kwargs) == len(direct):
+            pairs = list(zip(args, direct.values())) + [(v, direct.get(k)) for k, v in kwargs.items()]
+            if len({name for _, name in pairs}) == len(direct) and None not in {name for _, name in pairs} and \
+                    all(isinstance(t, torch.Tensor) for t, _ in pairs):
+                return pairs
         bound = bind_inputs(self.signature, args, kwargs)
         return [(leaf, name) for entry in self.signature if entry[0] == "input"
                 for leaf, name in zip(pytree.tree_leaves(bound[entry[1].lstrip("*")]), entry[2]) if name is not None]
