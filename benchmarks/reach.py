@@ -8,13 +8,25 @@ Per model: traced (whole: no opaque node), the opaque count and their reasons, o
 on a fresh input (max error relative to the output's magnitude, 1e-4), or the error that stopped it.
 
 --speed: transformers BERT, DistilBERT, GPT-2 and ViT (tests/reach/_models.hf_speed_model: random weights,
-batch 1, seq 128, ViT at 224, "small" = hidden 256 / 4 heads / ffn 1024 / 4 layers, "base" = BERT-base's
-hidden 768 / 12 heads / ffn 3072 with 4 of its 12 layers), 2 threads everywhere, every candidate built
-first and then timed interleaved in this one process (one call of each per round, in a new random
-order every round): torch eager,
+seeded, batch 1, seq 128, ViT at 224, "small" = hidden 256 / 4 heads / ffn 1024 / 4 layers, "base" = BERT-base's
+hidden 768 / 12 heads / ffn 3072 with 4 of its 12 layers), 2 threads everywhere. Candidates: torch eager,
 torch.jit.optimize_for_inference(torch.jit.trace(...)), torch.compile, onnxruntime on torch.onnx.export
 of the same model, aiacc.optimize with its defaults ("aiacc"), with backend="onnxruntime" ("aiacc ort") and
 with backend="auto" ("aiacc auto": native or onnxruntime, whichever measured faster at optimize time).
+Every candidate's output on the timed input is compared with eager's (max error relative to each output's
+magnitude).
+
+By default each candidate is built and timed in its own worker process (multiprocessing "spawn": the same
+imports, set_threads(2) and seeded weights in each, nothing else set), all alive at once; they are built one
+after another, then the parent drives --iters rounds: in each, in a new seeded random order, it asks one
+worker at a time for --calls timed calls and waits for the answer before the next, so only one candidate
+computes at any moment. This is the default because it is the fairer measure: in one process every
+runtime's thread pools (torch's OpenMP pool and inductor's, onnxruntime's, numba's workqueue) share the 2
+cores, and a pool still spinning or waking after its own candidate's call takes the cores from whichever
+candidate runs next (measured in-process: the same aiacc onnxruntime graph 0.83x the onnxruntime peer with
+only eager and jit beside it, 0.97x with torch.compile and aiacc native beside it too). In its own process a
+candidate's pools are idle while it is not asked, and it pays only for its own. --in-process keeps the
+older measure (every candidate in this process, one call of each per round in a seeded random order).
 The table gives median ms, which backend aiacc's default result runs on, and aiacc ms / best peer ms (the
 issue's target: <= 0.9).
 """
@@ -275,69 +287,227 @@ def _ort_peer(model, inputs, path):
     return lambda: [torch.from_numpy(a) for a in sess.run(None, feed)]
 
 
-def speed_row(name: str, size: str, iters: int, warmup: int, attn: str, log) -> dict:
-    """Build every candidate for one model and size, check each against eager, time them interleaved."""
-    import tempfile
+CANDIDATES = ("eager", *PEERS, "aiacc", "aiacc ort", "aiacc auto")
+THREADS = 2  # every candidate, in every mode
 
+
+def _candidate(k: str, model, x, fresh, tmp: str, info: dict):
+    """A zero-argument function running candidate `k` on `x`; what aiacc reports about its result (backend,
+    opaque nodes, error on `fresh`, auto's choice) goes into `info`."""
     import aiacc
-    model, x, fresh = M.hf_speed_model(name, size, attn=attn)
-    row = {"model": name, "size": size, "ms": {}, "err": {}, "failed": {}, "setup_s": {}, "backend": "-"}
-    expected = _leaves(call(model, x))
-    fns = {"eager": lambda: call(model, x)}
-    tmp = tempfile.mkdtemp(prefix="aiacc-reach-speed-")
-
-    def jit():
+    if k == "eager":
+        return lambda: call(model, x)
+    if k == "jit":
         with torch.no_grad():
             traced = torch.jit.trace(model, example_kwarg_inputs=dict(x), strict=False)
             frozen = torch.jit.optimize_for_inference(traced)
         return lambda: call(frozen, x)
-
-    def compiled():
+    if k == "compile":
         c = torch.compile(model)
         return lambda: call(c, x)
-
-    def aiacc_fn():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fast = aiacc.optimize(model, x)
-        row["backend"] = _backend_of(fast)
+    if k == "ort":
+        return _ort_peer(model, x, os.path.join(tmp, "m.onnx"))
+    backend = {"aiacc": None, "aiacc ort": "onnxruntime", "aiacc auto": "auto"}[k]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, x) if backend is None else aiacc.optimize(model, x, backend=backend)
+    if k == "aiacc":
+        info["backend"] = _backend_of(fast)
         g = aiacc.trace(model, x)
-        row["opaque"] = sum(1 for n in g.nodes if n.domain == "torch")
-        row["fresh_err"] = rel_err(call(model, fresh), call(fast, fresh))
-        return lambda: call(fast, x)
+        info["opaque"] = sum(1 for n in g.nodes if n.domain == "torch")
+        info["fresh_err"] = rel_err(call(model, fresh), call(fast, fresh))
+    elif k == "aiacc auto":
+        info["auto"] = fast.aiacc_backend_choice.summary()
+        info.setdefault("err", {})["aiacc auto fresh"] = rel_err(call(model, fresh), call(fast, fresh))
+    return lambda: call(fast, x)
 
-    def aiacc_ort():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fast = aiacc.optimize(model, x, backend="onnxruntime")
-        return lambda: call(fast, x)
 
-    def aiacc_auto():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fast = aiacc.optimize(model, x, backend="auto")
-        row["auto"] = fast.aiacc_backend_choice.summary()
-        row["err"]["aiacc auto fresh"] = rel_err(call(model, fresh), call(fast, fresh))
-        return lambda: call(fast, x)
+def _merge_info(row: dict, info: dict) -> None:
+    for key, v in info.items():
+        if key == "err":
+            row["err"].update(v)
+        else:
+            row[key] = v
 
-    makers = {"jit": jit, "compile": compiled, "ort": lambda: _ort_peer(model, x, os.path.join(tmp, "m.onnx")),
-              "aiacc": aiacc_fn, "aiacc ort": aiacc_ort, "aiacc auto": aiacc_auto}
-    for k, make in makers.items():
+
+def _fail_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
+def speed_row(name: str, size: str, iters: int, warmup: int, attn: str, log) -> dict:
+    """--in-process: build every candidate for one model and size in this process, check each against
+    eager, time them interleaved (one call of each per round)."""
+    import tempfile
+
+    model, x, fresh = M.hf_speed_model(name, size, attn=attn)
+    row = {"model": name, "size": size, "ms": {}, "err": {}, "failed": {}, "setup_s": {}, "backend": "-",
+           "mode": "in-process"}
+    expected = _leaves(call(model, x))
+    fns = {"eager": lambda: call(model, x)}
+    tmp = tempfile.mkdtemp(prefix="aiacc-reach-speed-")
+    for k in CANDIDATES[1:]:
         log(f"  {name} {size}: preparing {k}")
         t = time.perf_counter()
+        info = {}
         try:
-            fn = make()
+            fn = _candidate(k, model, x, fresh, tmp, info)
             got = _leaves(fn())  # the first call compiles where the peer compiles
             row["err"][k] = _leaf_err(expected, got)
             fns[k] = fn
         except Exception as e:  # noqa: BLE001 - one failing candidate must not sink the row
-            row["failed"][k] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+            row["failed"][k] = _fail_text(e)
+        _merge_info(row, info)
         row["setup_s"][k] = time.perf_counter() - t
     log(f"  {name} {size}: timing {len(fns)} candidates x {iters}")
     with torch.no_grad():
         times = _time_shuffled(fns, iters, warmup)
     row["ms"] = {k: median_ms(v) for k, v in times.items()}
     return row
+
+
+# ---- isolated mode: one worker process per candidate, the parent drives the rounds
+def _speed_worker(conn, name: str, size: str, attn: str, k: str) -> None:
+    """Worker process of one candidate: builds it on request, then runs the number of calls each request
+    asks for (timed or not) and answers; between requests it blocks on the pipe (its thread pools idle)."""
+    import tempfile
+
+    torch.set_num_threads(THREADS)  # set_threads(THREADS) ran at import; said again, the same for everyone
+    conn.send(("ready", os.getpid()))
+    fn = None
+    while True:
+        msg, arg = conn.recv()
+        if msg == "stop":
+            break
+        try:
+            if msg == "build":
+                t = time.perf_counter()
+                # hf_speed_model seeds its weights: every worker builds the same model
+                model, x, fresh = M.hf_speed_model(name, size, attn=attn)
+                info = {}
+                fn = _candidate(k, model, x, fresh, tempfile.mkdtemp(prefix="aiacc-reach-speed-"), info)
+                with torch.no_grad():
+                    out = [t_.detach().cpu().numpy().copy() for t_ in _leaves(fn())]  # compiles where it does
+                conn.send(("ok", {"out": out, "info": info, "setup_s": time.perf_counter() - t}))
+            elif msg in ("run", "time"):
+                times = []
+                with torch.no_grad():
+                    for _ in range(arg):
+                        t = time.perf_counter()
+                        fn()
+                        times.append(time.perf_counter() - t)
+                conn.send(("ok", times))
+            else:
+                conn.send(("error", f"unknown request {msg!r}"))
+        except Exception as e:  # noqa: BLE001 - the parent records the candidate as failed and goes on
+            conn.send(("error", _fail_text(e)))
+    conn.close()
+
+
+class _WorkerLost(Exception):
+    """A worker that died or did not answer in time."""
+
+
+def _ask(workers: dict, k: str, msg: str, arg=None, timeout: float = 600.0):
+    """Send one request to worker `k` and wait for its answer (nothing else runs meanwhile)."""
+    proc, conn = workers[k]
+    try:
+        if msg != "ready":
+            conn.send((msg, arg))
+        if not conn.poll(timeout):
+            raise _WorkerLost(f"no answer to {msg!r} in {timeout:.0f} s")
+        status, value = conn.recv()
+    except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as e:
+        proc.join(1)
+        raise _WorkerLost(f"worker died ({type(e).__name__}, exit code {proc.exitcode})") from None
+    if status == "error":
+        raise RuntimeError(value)
+    return value
+
+
+def speed_row_isolated(name: str, size: str, iters: int, warmup: int, calls: int, settle: float, attn: str,
+                       log, timeout: float = 600.0) -> dict:
+    """Every candidate for one model and size in its own (spawned) worker process, all alive at once: built
+    one after another (so aiacc auto's optimize-time measurement runs alone too), each output checked
+    against the eager worker's, then `iters` rounds in which, in a new seeded random order, each worker in
+    turn runs `calls` timed calls while the others wait idle on their pipe."""
+    import multiprocessing
+    import random
+
+    ctx = multiprocessing.get_context("spawn")
+    row = {"model": name, "size": size, "ms": {}, "err": {}, "failed": {}, "setup_s": {}, "backend": "-",
+           "mode": "isolated"}
+    workers, outs = {}, {}
+    try:
+        for k in CANDIDATES:
+            parent, child = ctx.Pipe()
+            # not a daemon: inductor starts its own compile workers from inside this process
+            proc = ctx.Process(target=_speed_worker, args=(child, name, size, attn, k), name=f"reach-{k}")
+            proc.start()
+            child.close()
+            workers[k] = (proc, parent)
+        for k in list(workers):
+            try:
+                _ask(workers, k, "ready", timeout=timeout)
+            except (_WorkerLost, RuntimeError) as e:
+                row["failed"][k] = str(e)
+                _drop(workers, k)
+        for k in list(workers):
+            log(f"  {name} {size}: preparing {k} (worker pid {workers[k][0].pid})")
+            try:
+                rep = _ask(workers, k, "build", timeout=timeout)
+            except (_WorkerLost, RuntimeError) as e:
+                row["failed"][k] = str(e)
+                _drop(workers, k)
+                continue
+            outs[k] = [torch.from_numpy(a) for a in rep["out"]]
+            row["setup_s"][k] = rep["setup_s"]
+            _merge_info(row, rep["info"])
+        if "eager" not in outs:
+            raise RuntimeError(f"{name} {size}: the eager reference failed: {row['failed'].get('eager')}")
+        for k in outs:
+            if k != "eager":
+                row["err"][k] = _leaf_err(outs["eager"], outs[k])
+        log(f"  {name} {size}: timing {len(workers)} worker processes x {iters} rounds x {calls} calls")
+        times = {k: [] for k in workers}
+        for k in list(workers):
+            try:
+                _ask(workers, k, "run", warmup * calls, timeout=timeout)
+            except (_WorkerLost, RuntimeError) as e:
+                row["failed"][k] = str(e)
+                _drop(workers, k)
+                times.pop(k)
+        order, rng = list(workers), random.Random(0)
+        for _ in range(iters):
+            rng.shuffle(order)
+            for k in list(order):
+                if k not in workers:
+                    continue
+                time.sleep(settle)  # the same pause before every candidate's turn
+                try:
+                    times[k] += _ask(workers, k, "time", calls, timeout=timeout)
+                except (_WorkerLost, RuntimeError) as e:
+                    row["failed"][k] = str(e)
+                    _drop(workers, k)
+                    times.pop(k)
+        row["ms"] = {k: median_ms(v) for k, v in times.items() if v}
+    finally:
+        for k in list(workers):
+            _drop(workers, k)
+    return row
+
+
+def _drop(workers: dict, k: str) -> None:
+    """Stop worker `k` (asked first, then terminated) and forget it."""
+    proc, conn = workers.pop(k)
+    try:
+        conn.send(("stop", None))
+    except (BrokenPipeError, OSError):
+        pass
+    proc.join(10)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+    conn.close()
 
 
 def _time_shuffled(fns: dict, iters: int, warmup: int) -> dict:
@@ -402,15 +572,24 @@ def speed_table(rows) -> str:
 
 def speed_main(args) -> int:
     rows = []
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     for name in args.models.split(","):
         for size in args.sizes.split(","):
-            rows.append(speed_row(name, size, args.iters, args.warmup, args.attn,
-                                  lambda m: print(m, file=sys.stderr, flush=True)))
+            if args.in_process:
+                rows.append(speed_row(name, size, args.iters, args.warmup, args.attn, log))
+            else:
+                rows.append(speed_row_isolated(name, size, args.iters, args.warmup, args.calls, args.settle,
+                                               args.attn, log))
             for k, why in rows[-1]["failed"].items():
                 print(f"# {name} {size}: {k} failed: {why}", flush=True)
+    how = (f"all candidates in this one process, median of {args.iters} interleaved rounds (one call of each, "
+           f"seeded random order) after {args.warmup} warm-up" if args.in_process else
+           f"each candidate in its own worker process, only one computing at a time: median of {args.iters} "
+           f"rounds x {args.calls} calls (workers in a seeded random order each round, {args.settle:g} s pause "
+           f"before each turn) after {args.warmup} x {args.calls} warm-up calls")
     print(f"\n# batch 1, seq 128 (ViT 224x224), random weights, attention {args.attn!r}; small = hidden 256/4 heads/"
           f"ffn 1024/4 layers, base = hidden 768/12 heads/ffn 3072/4 layers (BERT-base width, 4 of 12 layers); "
-          f"2 threads; median of {args.iters} interleaved rounds after {args.warmup} warm-up")
+          f"{THREADS} threads; {how}")
     print(speed_table(rows))
     for r in rows:
         print(f"# {r['model']} {r['size']}: setup s " + ", ".join(f"{k} {v:.1f}" for k, v in r["setup_s"].items())
@@ -438,8 +617,13 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="--speed: untimed rounds")
     ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
                     help="--speed: transformers' attention implementation (sdpa is its default)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="--speed: time every candidate in this one process (the default: one worker process each)")
+    ap.add_argument("--calls", type=int, default=3, help="--speed (isolated): timed calls per worker turn")
+    ap.add_argument("--settle", type=float, default=0.05,
+                    help="--speed (isolated): seconds of pause before every worker's turn (the same for all)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     if args.speed:
         return speed_main(args)
     full = args.full or os.environ.get("AIACC_REACH_FULL", "") not in ("", "0")
