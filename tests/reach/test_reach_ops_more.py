@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import aiacc
-from tests.plugins.torch._helpers import assert_close_rel
+from tests.plugins.torch._helpers import assert_close_rel, assert_translates_whole_and_equal
 
 
 class _AddC(nn.Module):
@@ -66,14 +66,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_translates_whole_and_equal(name):
     cls, feed = CASES[name]
-    model, x, fresh = cls().eval(), feed(), feed()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        graph = aiacc.trace(model, x)
-        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
-        fast = aiacc.optimize(model, x)
-    with torch.no_grad():
-        assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
+    assert_translates_whole_and_equal(cls().eval(), feed(), feed())
 
 
 class _UnfoldFold(nn.Module):

@@ -22,6 +22,22 @@ def assert_close_rel(expected, actual, rtol=1e-5, what="output"):
         assert err <= rtol * scale, f"{what} {i}: max error {err:.3g} > {rtol} * {scale:.3g}"
 
 
+def assert_translates_whole_and_equal(model, x, fresh, rtol=1e-5):
+    """`model` traces with no opaque node (the reasons shown if any) and its optimized module answers a fresh
+    input within rtol of the original."""
+    import warnings
+
+    import aiacc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, x)
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), rtol)
+
+
 def train_step(model, inputs, seed=123):
     """One forward (seeded, so dropout draws the same masks) and backward of sum of squares."""
     torch.manual_seed(seed)
