@@ -356,21 +356,29 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
         else:
             key = (kind, tuple(node.inputs[0].shape), None if g is None else tuple(g.shape),
                    tuple(node.inputs[1].shape), len(node.inputs), str(post))
-            decision = seen.get(key)
-            if decision is None:
-                try:
-                    pair = _pair(node, x, g, post, rng) if kind == "gate" else _fc_pair(node, post, rng)
-                    f, u = timer(*pair)
-                except Exception as e:  # noqa: BLE001  (a form that cannot run here is not kept)
-                    decision = (False, f"dropped: {what} failed ({type(e).__name__}: {e})", kind)
-                else:
-                    r = f / u if u > 0 else float("inf")
-                    decision = (True, f"kept: {what} {r:.2f}x", kind) if r < 1.0 else \
-                        (False, f"dropped: {what} slower {r:.2f}x", kind)
-                seen[key] = decision
+            decision = _measured(seen, key, what, kind, timer, lambda: (
+                _pair(node, x, g, post, rng) if kind == "gate" else _fc_pair(node, post, rng)))
         node.meta[META_KEY] = decision
         notes[node.name] = decision[1]
     return notes
+
+
+def _measured(seen: dict, key: tuple, what: str, kind: str, timer, make_pair) -> tuple:
+    """(kept, note, kind) for one candidate form against level 2's: `make_pair()` gives (fused, unfused)
+    callables, timed once per `key` (the decision is kept in `seen` for nodes of the same shapes); kept only
+    where faster, dropped where slower or where it fails here."""
+    decision = seen.get(key)
+    if decision is None:
+        try:
+            f, u = timer(*make_pair())
+        except Exception as e:  # noqa: BLE001  (a form that cannot run here is not kept)
+            decision = (False, f"dropped: {what} failed ({type(e).__name__}: {e})", kind)
+        else:
+            r = f / u if u > 0 else float("inf")
+            decision = (True, f"kept: {what} {r:.2f}x", kind) if r < 1.0 else \
+                (False, f"dropped: {what} slower {r:.2f}x", kind)
+        seen[key] = decision
+    return decision
 
 
 def _choose_squeezes(graph: Graph, timer, rng, notes: dict) -> set[int]:
@@ -394,17 +402,7 @@ def _choose_squeezes(graph: Graph, timer, rng, notes: dict) -> set[int]:
         else:
             key = (tuple(x.shape), tuple(fc1.inputs[1].shape), len(fc1.inputs), len(node.inputs), str(post1),
                    str(post2))
-            decision = seen.get(key)
-            if decision is None:
-                try:
-                    f, u = timer(*_squeeze_pair(got, node, rng))
-                except Exception as e:  # noqa: BLE001  (a form that cannot run here is not kept)
-                    decision = (False, f"dropped: {what} failed ({type(e).__name__}: {e})", "squeeze")
-                else:
-                    r = f / u if u > 0 else float("inf")
-                    decision = (True, f"kept: {what} {r:.2f}x", "squeeze") if r < 1.0 else \
-                        (False, f"dropped: {what} slower {r:.2f}x", "squeeze")
-                seen[key] = decision
+            decision = _measured(seen, key, what, "squeeze", timer, lambda: _squeeze_pair(got, node, rng))
         node.meta[META_KEY] = decision
         notes[pool.name] = decision[1]  # by the pool's name: fc2 may get an "fc" note when this is dropped
         if decision[0]:
