@@ -188,7 +188,7 @@ def _aligned(array: Any) -> torch.Tensor:
     """A copy of `array` in memory torch allocated: numpy's buffers are only 16-byte aligned, and oneDNN/MKL
     GEMMs on weights that are not 64-byte aligned ran ~30% slower (a BERT-style encoder's training step: the
     same GEMMs 157 vs 125 ms per step against the original module's parameters)."""
-    return torch.from_numpy(np.array(array, copy=True)).clone()
+    return torch.tensor(np.asarray(array))  # one copy, into torch's allocator (from_numpy + clone made two)
 
 
 def _state_tensor(graph: Graph, value: Value, qualname: str, original: nn.Module | None) -> torch.Tensor:
