@@ -27,6 +27,12 @@ FUNCTIONS.update({torch.mean: _reduce("ReduceMean"), torch.sum: _reduce("ReduceS
 METHODS.update({"mean": _reduce("ReduceMean"), "sum": _reduce("ReduceSum")})
 
 
+def _axes(dim, r: int) -> list[int]:
+    """The axes `dim` names (an int, a sequence; None or empty: every axis), each in 0..r-1."""
+    dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
+    return [norm_axis(d, r) for d in dims]
+
+
 # ---------------------------------------------------------------------------------- statistics
 def _moments(kind: str):
     """var / std (and var_mean / std_mean) with torch's `correction` (unbiased=True is correction=1)."""
@@ -41,8 +47,7 @@ def _moments(kind: str):
             correction = 1 if unbiased in (None, True) else 0
         r = rank(x)
         shape = imp.shape_of(x)
-        dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
-        axes = [norm_axis(d, r) for d in dims]
+        axes = _axes(dim, r)
         count = int(np.prod([shape[a] for a in axes]))
         mean = imp.op("ReduceMean", x, imp.ints(axes), keepdims=1)
         d = imp.op("Sub", x, mean)
@@ -73,8 +78,7 @@ def vector_norm(imp, x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None)
     if x.dtype not in ("float16", "float32", "float64"):
         raise Untranslatable(f"the norm of a {x.dtype} tensor")
     r = rank(x)
-    dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
-    axes = imp.ints([norm_axis(d, r) for d in dims])
+    axes = imp.ints(_axes(dim, r))
     keep = int(bool(keepdim))
     p = float(ord)
     if p == 2.0:
@@ -105,7 +109,6 @@ def _norm(imp, x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
 
 FUNCTIONS.add(torch.norm, _norm)
 METHODS.add("norm", _norm)
-
 
 
 # ---------------------------------------------------------------------------------- histograms
@@ -143,9 +146,8 @@ def _truth(kind: str):
             raise Untranslatable("out= argument")
         x = tensor(x)
         r = rank(x)
-        dims = list(range(r)) if dim in (None, (), []) else ([dim] if isinstance(dim, int) else list(dim))
         flags = imp.op("Cast", x if x.dtype == "bool" else imp.op("Cast", x, to="bool"), to="int32")
-        y = imp.op("ReduceMax" if kind == "any" else "ReduceMin", flags, imp.ints([norm_axis(d, r) for d in dims]),
+        y = imp.op("ReduceMax" if kind == "any" else "ReduceMin", flags, imp.ints(_axes(dim, r)),
                    keepdims=int(bool(keepdim)))
         return imp.op("Cast", y, to="bool")
     return conv
