@@ -21,6 +21,14 @@ def _notes(fast):
     return [line for r in fast.aiacc_report.records for line in r.notes if "backend='auto'" in line]
 
 
+def _auto_mlp():
+    """The zoo MLP, its example inputs and its backend='auto' optimization (warnings silenced)."""
+    model, inputs = ZOO["mlp"]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model, inputs, aiacc.optimize(model, inputs, backend="auto")
+
+
 def _fresh(inputs):
     g = torch.Generator().manual_seed(1)
     return tuple(torch.randn(x.shape, generator=g) if x.is_floating_point() else x for x in inputs)
@@ -61,10 +69,7 @@ def test_auto_keeps_the_faster_and_says_so(monkeypatch, winner):
 def test_auto_needs_a_clear_margin(monkeypatch):
     """onnxruntime within the margin of native (noise) leaves native."""
     monkeypatch.setattr(backend_choice, "measure", lambda steps, **kw: {"native": 10.0, "onnxruntime": 9.9})
-    model, inputs = ZOO["mlp"]()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fast = aiacc.optimize(model, inputs, backend="auto")
+    model, inputs, fast = _auto_mlp()
     assert fast.aiacc_backend == "native" and "not at least" in fast.aiacc_backend_choice.reason
 
 
@@ -76,10 +81,7 @@ def test_auto_falls_back_to_native_when_onnxruntime_differs(monkeypatch):
     monkeypatch.setattr(ort.OrtModule, "forward",
                         lambda self, *a, **k: pytree.tree_map(lambda t: t + 1.0, real(self, *a, **k)))
     monkeypatch.setattr(backend_choice, "measure", lambda steps, **kw: {"native": 10.0, "onnxruntime": 1.0})
-    model, inputs = ZOO["mlp"]()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fast = aiacc.optimize(model, inputs, backend="auto")
+    model, inputs, fast = _auto_mlp()
     assert fast.aiacc_backend == "native"
     assert "differ" in fast.aiacc_backend_choice.reason
     with torch.no_grad():
@@ -103,10 +105,7 @@ def test_explicit_backend_is_not_measured(monkeypatch, backend, cls):
 
 def test_auto_measures_for_real():
     """Unpatched: both candidates timed (positive medians) and the faster-by-margin rule applied."""
-    model, inputs = ZOO["mlp"]()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fast = aiacc.optimize(model, inputs, backend="auto")
+    model, inputs, fast = _auto_mlp()
     ms = fast.aiacc_backend_choice.ms
     assert set(ms) == {"native", "onnxruntime"} and min(ms.values()) > 0
     assert fast.aiacc_backend == ("onnxruntime" if ms["onnxruntime"] <= ms["native"] * backend_choice.MARGIN
@@ -119,10 +118,7 @@ def test_auto_onnxruntime_keeps_other_batch_sizes(monkeypatch):
     """onnxruntime's session is built for the example's shapes: another batch size runs natively, equal to
     the original, exactly as backend='native' would take it."""
     monkeypatch.setattr(backend_choice, "measure", lambda steps, **kw: {"native": 10.0, "onnxruntime": 1.0})
-    model, inputs = ZOO["mlp"]()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fast = aiacc.optimize(model, inputs, backend="auto")
+    model, inputs, fast = _auto_mlp()
     assert fast.aiacc_backend == "onnxruntime"
     calls = []
     fast.ort.register_forward_pre_hook(lambda m, a: calls.append("ort"))
