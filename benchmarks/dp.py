@@ -36,7 +36,9 @@ profiling, scaled to the slowest rank's step without communication in this run; 
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB (fp16 rows:
 its float16 medians, 512 B to 8 MB); the
 measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
-backward beside a stream of 1 MB all-reduces); the lower bound of any plan on those costs (meas/LB: with the
+backward beside a stream of 1 MB all-reduces, pooled (median) with the estimates of the aiacc candidates' own
+profiled steps, GradientScheduler's profile_contention, whose plans are chosen robustly over the pooled range);
+the lower bound of any plan on those costs (meas/LB: with the
 measured contention, `lower_bound(contention=True)`: compute and transport share the core, so the CPU that the
 in-flight all-reduces take is compute that no plan gets back; meas/LB0: the bound without contention, which
 every row on a shared core stays above by that CPU); the largest
@@ -299,12 +301,13 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
         m, _, f = build(name, rank)
         opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), compression=compression,
                                        model_spec=spec, forward_module=m if fwd else None, overlap_forward="auto")
-        out[label] = (m, plain(m, f, opt), opt.plan, compression, opt.finish_step)
+        # the plan it runs once its first steps have profiled contention (opt.plan then): read at report time
+        out[label] = (m, plain(m, f, opt), opt.plan, compression, opt.finish_step, opt)
     if per_layer:  # per-layer waits whatever the prediction (overlap_forward=True)
         m, _, f = build(name, rank)
         opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
                                        forward_module=m)
-        out["aiacc per-layer"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step)
+        out["aiacc per-layer"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step, opt)
     return out
 
 
@@ -458,6 +461,10 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         # the contention of compute and communication with this model's own forward + backward beside a
         # stream of 1 MB all-reduces (planning.probe_contention): kept in the cluster that every aiacc plan
         # made after this, the simulator and the bound use
+        # (a model's estimates are its own: the previous model's are forgotten first); the aiacc candidates'
+        # first steps add their own (GradientScheduler's profile_contention), and the pooled estimate and its
+        # range are what their plans are made with and the rows are predicted with
+        planning.reset_contention()
         probe_model, _, probe_loss = build(name, rank)
         cluster = planning.probe_contention(lambda: probe_loss(probe_model).backward())
         del probe_model
@@ -470,6 +477,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             del swept
         cands = candidates(name, rank, world, (), spec, best, per_layer=per_layer)
         times = interleave(cands, steps, warmup, block)
+        probed = (cluster.compute_slowdown, cluster.comm_slowdown)  # the probe's alone
+        cluster = planning.current_cluster()  # pooled with the aiacc candidates' profiled steps
         ref = dict(cands["DDP 25 MB"][0].named_parameters())
         ref64 = None
         if f64 and rank == 0:  # the float64 reference, and the same computation in float32 on one process
@@ -494,7 +503,9 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         bounds = {(c, cont): (lower_bound(spec, cluster, costs[c], c, contention=cont),
                               lower_bound(spec, cluster, costs[c], c, sync="step", contention=cont))
                   for c in ("none", "fp16") for cont in (True, False)}
-        for label, (m, _, plan, compression, *_) in cands.items():
+        for label, (m, _, plan, compression, *rest) in cands.items():
+            if len(rest) > 1:  # an aiacc optimizer: the plan it ran after its profiled steps
+                plan = rest[1].plan
             steady = {}
             if plan is None:
                 pred = lb = lb0 = local_s
@@ -535,6 +546,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
                                   "rows": rows, "ddp_best_mb": best,
                                   "contention": (cluster.compute_slowdown, cluster.comm_slowdown),
+                                  "contention_range": cluster.compute_slowdown_range,
+                                  "contention_estimates": cluster.slowdown_estimates, "contention_probe": probed,
                                   "slowest_compute_s": statistics.median(times[SLOWEST]),
                                   "steps_per_candidate": (steps + warmup) * block}
         if save_params:  # every candidate's parameters, for the CI smoke's check against one process
@@ -684,9 +697,14 @@ def main() -> None:
     for rate, rep in reports.items():
         for name, m in rep["models"].items():
             if m.get("contention"):
+                probe = m.get("contention_probe") or m["contention"]
+                rng = m.get("contention_range")
                 console.print(f"{rate} {name}: beside its own forward + backward (planning.probe_contention) "
-                              f"compute {m['contention'][0]:.2f}x / all-reduce {m['contention'][1]:.2f}x slower",
-                              highlight=False)
+                              f"compute {probe[0]:.2f}x / all-reduce {probe[1]:.2f}x slower; pooled with the aiacc "
+                              f"candidates' profiled steps: compute {m['contention'][0]:.2f}x"
+                              + (f" (range {rng[0]:.2f}-{rng[1]:.2f})" if rng else "")
+                              + (" from " + ", ".join(f"{e:.2f}" for e in m.get("contention_estimates", ())))
+                              , highlight=False)
     console.print(table(reports))
     for rate, rep in reports.items():  # --f64-check
         for name, f in rep.get("f64", {}).items():

@@ -97,6 +97,19 @@ class PlanExecutor:
         self.works: list[tuple[int, torch.Tensor, Any, Any]] = []  # (bucket, wire, work, timeline event)
         self.reduced = [0] * len(self.buckets)  # all-reduces finished per bucket this step (must end at 1)
         self.bytes_step = 0  # bytes handed to dist.all_reduce so far in this step
+        # no bucket starts before backward is over (its last gradient is ready, or complete()): a plan made
+        # to send after backward (its params say "after_backward", e.g. Horovod's fusion), or a step held by
+        # `hold_step` (a profiled step with nothing in flight beside backward)
+        self.holding = bool(self.plan.params.get("after_backward"))
+        self.launched_at: list[int] = []  # per started bucket: how many gradients were ready when it started
+
+    def hold_step(self) -> None:
+        """Start no all-reduce in this step before backward's end (its last gradient ready, or
+        `complete()`): nothing in flight beside backward. Must be called before the step's first
+        all-reduce has started."""
+        if self.works:
+            raise CommError("hold_step: this step's all-reduces have already started")
+        self.holding = True
 
     def _flat(self, pos: int, like: torch.Tensor) -> torch.Tensor:
         flat = self.flats[pos]
@@ -143,10 +156,14 @@ class PlanExecutor:
                     raise CommError(f"bucket {pos} ({self._names(self.buckets[pos])}) received more pieces "
                                     f"than the plan gives it (gradient {name})")
         self.tensors[name] = home
+        if self.holding and len(self.tensors) == len(self.numel):  # the step's last gradient: backward is over
+            self.holding = False
         self._launch()
         return home
 
     def _launch(self) -> None:
+        if self.holding:
+            return
         while self.next < len(self.buckets) and self.left[self.next] == 0:
             pos = self.next
             flat = self.flats[pos]
@@ -158,6 +175,7 @@ class PlanExecutor:
             if event is not None and hasattr(work, "get_future"):  # hvd.start_timeline: finish time when done
                 work.get_future().add_done_callback(lambda _f, e=event: timeline.bucket_finished(e))
             self.works.append((pos, wire, work, event))
+            self.launched_at.append(len(self.tensors))
             self.bytes_step += wire.element_size() * wire.numel()
             self.next += 1
 
@@ -173,6 +191,9 @@ class PlanExecutor:
             for name, n in self.numel.items():
                 if name not in self.tensors:
                     self.ready(name, fill_missing(name) if fill_missing else torch.zeros(n))
+        if self.holding:  # backward is over: the held buckets start now, in issue order
+            self.holding = False
+            self._launch()
         self._check_started()
 
     def buckets_of(self, names) -> list[int]:

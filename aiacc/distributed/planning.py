@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
-from aiacc.core.comm.strategies import aiacc_search
+from aiacc.core.comm.robust import pool_slowdowns, regret_table, robust_pick, slowdown_grid, with_slowdown
+from aiacc.core.comm.strategies import aiacc_search, safe_family
 from aiacc.distributed.process import collective, local_size
 from aiacc.distributed.transport import broadcast_object
 
@@ -304,14 +305,93 @@ def measure_contention(workload=None, *, numel: int = PROBE_NUMEL, reps: int = 5
 def probe_contention(workload, *, numel: int = PROBE_NUMEL, reps: int = 5) -> ClusterSpec:
     """Re-measure the contention of compute and communication with `workload` (the model's own forward +
     backward: `measure_contention`) and keep it in the job's calibrated cluster (`calibrate`), which the
-    plans made after this (`plan_for`) and their simulation use; returns that cluster. A collective."""
-    global _CLUSTER
+    plans made after this (`plan_for`) and their simulation use: its compute slowdown is pooled with the
+    job's other model-specific estimates (`add_slowdown_estimates`: e.g. the engine's profiled steps), its
+    communication slowdown replaces the last; returns that cluster. A collective."""
     cluster = _CLUSTER if _CLUSTER is not None else calibrate()
     if dist.get_world_size() == 1 or not cluster.allreduce_samples:
         return cluster  # nothing measured to compete with (an assumed network: AIACC_NETWORK_GBPS)
     cs, ns = measure_contention(workload, numel=numel, reps=reps)
-    _CLUSTER = dataclasses.replace(cluster, compute_slowdown=cs, comm_slowdown=ns)
+    return add_slowdown_estimates([cs], comm_slowdown=ns)
+
+
+def current_cluster() -> ClusterSpec | None:
+    """The job's calibrated cluster as it stands (its contention pooled so far), None before `calibrate`."""
     return _CLUSTER
+
+
+def add_slowdown_estimates(estimates: Sequence[float], *, comm_slowdown: float | None = None) -> ClusterSpec:
+    """Pool model-specific compute-slowdown estimates (a probe beside the model's own forward + backward,
+    or a profiled training step: aiacc.core.comm.robust.slowdown_from_span) into the calibrated cluster:
+    its compute_slowdown becomes the median of every such estimate so far (calibrate's generic probe is
+    dropped once there is one), its compute_slowdown_range their spread (`pool_slowdowns`; None while
+    there is one estimate), which makes `choose_plan`'s choice robust over that range. Not a collective:
+    every rank must pass the same values (rank 0's plan decides anyway). Returns the cluster."""
+    global _CLUSTER
+    cluster = _CLUSTER if _CLUSTER is not None else calibrate()
+    if not cluster.allreduce_samples:
+        return cluster  # an assumed network: no contention modelled
+    pooled = tuple(cluster.slowdown_estimates) + tuple(float(min(CONTENTION_CAP, max(1.0, e))) for e in estimates)
+    if not pooled:
+        return cluster
+    cs, rng = pool_slowdowns(pooled)
+    _CLUSTER = dataclasses.replace(cluster, compute_slowdown=cs, compute_slowdown_range=rng if len(pooled) > 1 else None,
+                                   slowdown_estimates=pooled,
+                                   comm_slowdown=cluster.comm_slowdown if comm_slowdown is None else comm_slowdown)
+    return _CLUSTER
+
+
+def reset_contention() -> ClusterSpec | None:
+    """Forget the model-specific contention estimates (before planning for another model in the same job):
+    the cluster keeps its point estimates but no pool and no range. Returns the cluster."""
+    global _CLUSTER
+    if _CLUSTER is not None:
+        _CLUSTER = dataclasses.replace(_CLUSTER, slowdown_estimates=(), compute_slowdown_range=None)
+    return _CLUSTER
+
+
+ROBUST_SPREAD = 0.10  # a compute-slowdown range wider than this (high / low - 1) makes the choice robust
+
+
+def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "none", sync: str = "step",
+                  margin: float = 0.0):
+    """(plan, its result at the point estimate) of aiacc's search made robust to the uncertainty of the
+    compute slowdown: where `cluster.compute_slowdown_range` is wider than ROBUST_SPREAD, aiacc's search
+    (`aiacc_search`, with the fallback `margin`) runs at the range's ends and its point estimate
+    (`slowdown_grid`); those plans and the safe plans (`safe_family`: DDP's bucket sweep, Horovod's fusion
+    after backward) are simulated at every point of the grid, and the one with the least worst-case regret
+    (`robust_pick`) runs, unless its regret is within `margin` of the point estimate's plan, which then
+    runs (the plan's params say so: "robust"). Elsewhere: `aiacc_search` at the point estimate."""
+    grid = slowdown_grid(cluster)
+    point = aiacc_search(spec, with_slowdown(cluster, cluster.compute_slowdown), compression=compression,
+                         sync=sync, fallback_margin=margin)[:2]
+    rng = cluster.compute_slowdown_range
+    if len(grid) < 2 or rng is None or rng[1] <= rng[0] * (1 + ROBUST_SPREAD):
+        return point
+    plans = [point[0]]
+    for cs in grid:
+        if cs != cluster.compute_slowdown:
+            plans.append(aiacc_search(spec, with_slowdown(cluster, cs), compression=compression, sync=sync,
+                                      fallback_margin=margin)[0])
+    plans += safe_family(spec, cluster, compression)
+    unique: list[Plan] = []
+    for p in plans:  # the same buckets found at several slowdowns are one finalist
+        if not any(q.buckets == p.buckets and q.scheduling == p.scheduling for q in unique):
+            unique.append(p)
+    times = regret_table(spec, cluster, unique, grid, sync=sync)
+    regret = (times / times.min(axis=0, keepdims=True)).max(axis=1)
+    pick = robust_pick(times, prefer=(0,))
+    if regret[0] - regret[pick] <= margin:
+        pick = 0
+    chosen = unique[pick]
+    note = (f"robust over compute slowdown {rng[0]:.2f}-{rng[1]:.2f} (point {cluster.compute_slowdown:.2f}): "
+            f"worst-case regret {regret[pick]:.3f} vs {regret[0]:.3f} for the point estimate's plan")
+    chosen = dataclasses.replace(chosen, notes=(chosen.notes + "; " if chosen.notes else "") + note,
+                                 params={**chosen.params, "robust": {"grid": list(grid),
+                                                                     "regret": float(regret[pick]),
+                                                                     "point_regret": float(regret[0]),
+                                                                     "finalists": len(unique)}})
+    return chosen, simulate(spec, cluster, chosen, validate=False, sync=sync)
 
 
 def choose_plan(spec: ModelSpec, cluster: ClusterSpec, plan: str | Plan = "aiacc", *, compression: str = "none",
@@ -319,14 +399,14 @@ def choose_plan(spec: ModelSpec, cluster: ClusterSpec, plan: str | Plan = "aiacc
     """The plan that `plan_for` runs for `spec` on `cluster` (rank 0's decision), for an executor that
     waits per `sync` ("step", "layer" or "auto": see plan_for). aiacc's plan must win by FALLBACK_MARGIN
     over DDP-like bucketing where the costs are measured (`aiacc_search`'s fallback); with "auto" the
-    plan's params say which sync was chosen ("sync") and the predicted step of each ("predicted")."""
+    plan's params say which sync was chosen ("sync") and the predicted step of each ("predicted"). Where
+    the compute slowdown is uncertain (a pooled range), aiacc's plan is chosen robustly (`robust_search`)."""
     if sync not in ("step", "layer", "auto"):
         raise CommError(f"unknown sync {sync!r}; expected 'step', 'layer' or 'auto'")
     margin = FALLBACK_MARGIN if cluster.allreduce_samples else 0.0
     syncs = ("step", "layer") if sync == "auto" else (sync,)
     if isinstance(plan, str) and plan == "aiacc":
-        found = {s: aiacc_search(spec, cluster, compression=compression, sync=s, fallback_margin=margin)[:2]
-                 for s in syncs}
+        found = {s: robust_search(spec, cluster, compression=compression, sync=s, margin=margin) for s in syncs}
     else:  # the same plan either way: how it runs with each wait
         p = make_plan(plan, spec, cluster, compression=compression) if isinstance(plan, str) else plan
         if sync != "auto":

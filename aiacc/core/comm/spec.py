@@ -120,6 +120,12 @@ class ClusterSpec:
     `banked_s`: idle wire time the link banks (a token bucket such as tc's tbf: after idle time a burst
     goes at line rate; calibrate estimates it from batches carried faster than the sustained rate). The
     simulator does not model it: an overlap gain up to that time may not happen on such a link.
+
+    `compute_slowdown_range`: (low, high) of the plausible compute slowdowns where it was measured
+    several times (aiacc.core.comm.robust.pool_slowdowns); the planner then prefers plans that are good
+    across it (`robust_pick`). None: the point estimate alone. `slowdown_estimates`: the model-specific
+    compute-slowdown estimates that point estimate and range were pooled from (probes beside the model's
+    own forward + backward, and the engine's own profiled steps), in the order measured.
     """
 
     nodes: int
@@ -133,6 +139,8 @@ class ClusterSpec:
     allreduce_samples: tuple[tuple[float, float], ...] | None = None
     allreduce_samples_fp16: tuple[tuple[float, float], ...] | None = None
     banked_s: float = 0.0
+    compute_slowdown_range: tuple[float, float] | None = None
+    slowdown_estimates: tuple[float, ...] = ()
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -155,6 +163,13 @@ class ClusterSpec:
             if not getattr(self, k) >= 1.0:
                 raise CommError(f"cluster {k} must be at least 1 (a factor by which contention slows down), "
                                 f"got {getattr(self, k)}")
+
+        if any(not x >= 1.0 for x in self.slowdown_estimates):
+            raise CommError(f"cluster slowdown_estimates must each be at least 1, got {self.slowdown_estimates!r}")
+        rng = self.compute_slowdown_range
+        if rng is not None and not (len(rng) == 2 and 1.0 <= rng[0] <= self.compute_slowdown <= rng[1]):
+            raise CommError(f"cluster compute_slowdown_range must be (low, high) with 1 <= low <= "
+                            f"compute_slowdown ({self.compute_slowdown}) <= high, got {rng!r}")
 
     @property
     def contended(self) -> bool:

@@ -95,6 +95,29 @@ def _pieces(model: ModelSpec, partition_bytes: float | None, compression: str):
     return out
 
 
+def after_backward(model: ModelSpec, cluster: ClusterSpec | None = None, *, threshold: int = 64 * MB,
+                   compression: str = "none") -> Plan:
+    """Horovod's fusion as its users most often see it on a fast link: every gradient fused into buffers
+    of at most `threshold` bytes (backward order), all sent once backward has ended (`not_before` the
+    backward's end; the plan's params say "after_backward", which the executor holds to): no
+    communication beside backward, so no contention with it, at the price of no overlap."""
+    end = model.backward_s
+    buckets: list[Bucket] = []
+    cur: list[Piece] = []
+    cur_bytes = 0
+    for g, _, _ in model.backward_order():
+        nbytes = g.numel * _itemsize(g, compression)
+        if cur and cur_bytes + nbytes > threshold:
+            buckets.append(Bucket(tuple(cur), 0, end))
+            cur, cur_bytes = [], 0
+        cur.append(Piece(g.name, 0, g.numel))
+        cur_bytes += nbytes
+    if cur:
+        buckets.append(Bucket(tuple(cur), 0, end))
+    return Plan("horovod", tuple(buckets), "fifo", compression,
+                params={"threshold": threshold, "after_backward": True})
+
+
 def bytescheduler(model: ModelSpec, cluster: ClusterSpec | None = None, *, partition: int = 4 * MB,
                   compression: str = "none") -> Plan:
     buckets = tuple(Bucket((p,), priority=layer) for p, _, layer, _ in _pieces(model, partition, compression))
@@ -145,6 +168,7 @@ def dp_plan(model: ModelSpec, cluster: ClusterSpec, *, partition: float | None =
 
 DDP_DEFAULT_MB = 25  # torch DDP's bucket_cap_mb
 DDP_SWEEP_MB = (1, 2, 5, 10, 25, 50)  # DDP bucket caps the planner tries (DDP's best of a sweep, as a user tunes it)
+HOROVOD_MB = 64  # Horovod's default fusion threshold (HOROVOD_FUSION_THRESHOLD)
 
 
 def _required_gain(step_s: float, latency_s: float, margin: float, banked_s: float = 0.0) -> float:
@@ -154,6 +178,38 @@ def _required_gain(step_s: float, latency_s: float, margin: float, banked_s: flo
     token bucket sends after idle time at line rate, so overlap that fills idle wire time gains nothing
     up to that much)."""
     return max(margin * step_s, latency_s, banked_s)
+
+
+def safe_family(model: ModelSpec, cluster: ClusterSpec | None = None, compression: str = "none") -> list[Plan]:
+    """The plans a fallback may run instead of aiacc's own (as "aiacc" plans whose params say where
+    they come from): DDP's bucketing at every cap of DDP_SWEEP_MB, and Horovod's 64 MB fusion after
+    backward (`after_backward`: where contention makes overlap with backward cost more than it hides,
+    no overlap is the safe plan)."""
+    out = []
+    for cap in DDP_SWEEP_MB:
+        p = ddp(model, cluster, bucket_cap=cap * MB, compression=compression)
+        out.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params}))
+    p = after_backward(model, cluster, threshold=HOROVOD_MB * MB, compression=compression)
+    out.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "horovod", **p.params}))
+    return out
+
+
+def safe_label(plan: Plan) -> str:
+    """How a plan of `safe_family` is named in notes."""
+    if "bucket_cap" in plan.params:
+        cap = plan.params["bucket_cap"] / MB
+        return f"DDP-like buckets of {cap:g} MB" + (" (DDP's default)" if cap == DDP_DEFAULT_MB else "")
+    return f"Horovod-like {plan.params.get('threshold', HOROVOD_MB * MB) / MB:g} MB fusion after backward"
+
+
+def _safe_pick(safe: list[Plan], results: list[SimResult], latency_s: float, margin: float,
+               banked_s: float) -> int:
+    """Index of the safe plan to fall back to: DDP's default bucketing unless another safe plan is
+    predicted faster than it by the required gain (`_required_gain`), then the fastest."""
+    default = next(i for i, p in enumerate(safe) if p.params.get("bucket_cap") == DDP_DEFAULT_MB * MB)
+    d = min(range(len(safe)), key=lambda i: (results[i].iteration_s, results[i].messages))
+    need = _required_gain(results[default].iteration_s, latency_s, margin, banked_s)
+    return d if results[default].iteration_s - results[d].iteration_s > need else default
 
 
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
@@ -181,22 +237,24 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     cost = cost or CostModel(cluster, compression=compression)
     lin = cost.bound_terms()
     total = max(1, sum(g.numel for g in model.gradients()) * 4)
-    default_plan = None
-    if baselines and fallback_margin > 0:
-        # where no plan can gain enough over DDP's default to pass the fallback's test below (the default's
-        # step minus the lower bound is at most the gain of any plan), the search cannot change the
-        # outcome: skip it (a short step re-planned inside training pays the search's time)
-        p = ddp(model, cluster, bucket_cap=DDP_DEFAULT_MB * MB, compression=compression)
-        default_plan = Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params})
-        default_res = simulate(model, cluster, default_plan, cost, validate=False, sync=sync)
-        room = default_res.iteration_s - lower_bound(model, cluster, cost, compression)
-        if room <= _required_gain(default_res.iteration_s, lin.latency, fallback_margin, cluster.banked_s):
-            notes = (f"fallback to DDP-like buckets of {DDP_DEFAULT_MB} MB (DDP's default): at most {room * 1e3:.2f} ms of the "
-                     f"{default_res.iteration_s * 1e3:.2f} ms step to gain (its lower bound), not more than the "
+    safe = safe_family(model, cluster, compression) if baselines else []
+    if safe and fallback_margin > 0:
+        # where no plan can gain enough over the safe plan to pass the fallback's test below (its step
+        # minus the lower bound is at most the gain of any plan), the search cannot change the outcome:
+        # skip it (a short step re-planned inside training pays the search's time)
+        safe_res = [simulate(model, cluster, p, cost, validate=False, sync=sync) for p in safe]
+        # (only where DDP's default is the safe plan: where another safe plan beats it by the margin, the
+        # search runs and the fallback below chooses between that plan and aiacc's own)
+        d = _safe_pick(safe, safe_res, lin.latency, fallback_margin, cluster.banked_s)
+        room = safe_res[d].iteration_s - lower_bound(model, cluster, cost, compression)
+        if safe[d].params.get("bucket_cap") == DDP_DEFAULT_MB * MB and \
+                room <= _required_gain(safe_res[d].iteration_s, lin.latency, fallback_margin, cluster.banked_s):
+            notes = (f"fallback to {safe_label(safe[d])}: at most {room * 1e3:.2f} ms of the "
+                     f"{safe_res[d].iteration_s * 1e3:.2f} ms step to gain (its lower bound), not more than the "
                      f"{fallback_margin:.0%} margin, one message's latency ({lin.latency * 1e3:.2f} ms) and the "
                      f"link's banked idle time ({cluster.banked_s * 1e3:.2f} ms)")
-            best = dataclasses.replace(default_plan, notes=notes, params={**default_plan.params, "fallback": True})
-            return best, default_res, [default_res]
+            best = dataclasses.replace(safe[d], notes=notes, params={**safe[d].params, "fallback": True})
+            return best, safe_res[d], [safe_res[d]]
     # the size at which latency is 1/16 of the transfer; scan a factor of 64 around it
     knee = lin.latency / lin.coef * 16 if lin.coef > 0 else total
     sizes = sorted({float(max(64 * 1024, min(total, knee * 2.0 ** e))) for e in range(-3, 4)})
@@ -215,41 +273,33 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
             if name != "aiacc":
                 p = make(model, cluster, compression=compression)
                 candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": name, **p.params}))
-        for cap in DDP_SWEEP_MB:
-            p = ddp(model, cluster, bucket_cap=cap * MB, compression=compression)
-            ddp_like.append(len(candidates))
-            candidates.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params}))
+        ddp_like = list(range(len(candidates), len(candidates) + len(safe)))
+        candidates.extend(safe)
     results = [simulate(model, cluster, p, cost, validate=False, sync=sync) for p in candidates]
     k = min(range(len(results)), key=lambda i: (results[i].iteration_s, results[i].messages))
     best, best_res = refine(model, cluster, candidates[k], results[k], cost, rounds=refine_rounds, sync=sync)
     if ddp_like and fallback_margin > 0:
-        # two steps, each needing the margin: aiacc's own plan over the best DDP-like plan, and a DDP-like
-        # plan of another bucket size over DDP's default (25 MB), so that what runs is DDP's own
-        # bucketing unless the measured model predicts a clear gain
-        d = min(ddp_like, key=lambda i: (results[i].iteration_s, results[i].messages))
-        default = next(i for i in ddp_like if candidates[i].params["bucket_cap"] == DDP_DEFAULT_MB * MB)
+        # two steps, each needing the margin: aiacc's own plan over the best safe plan, and a safe plan
+        # other than DDP's default (25 MB) over that default, so that what runs is DDP's own bucketing
+        # unless the measured model predicts a clear gain
         lat = lin.latency
-
-        def short(res: SimResult, ref: SimResult) -> bool:
-            # the predicted gain is within the margin, one message's latency or the link's banked idle
-            # time: about the model's own error where overlap may not happen as simulated (on one core
-            # per rank gloo's thread competes with backward; a token bucket makes up for idle wire time)
-            need = _required_gain(ref.iteration_s, lat, fallback_margin, cluster.banked_s)
-            return ref.iteration_s - res.iteration_s <= need
-
-        if d != default and short(results[d], results[default]):
-            d = default
-        if short(best_res, results[d]) and k != d:
+        d = ddp_like[_safe_pick(safe, [results[i] for i in ddp_like], lat, fallback_margin, cluster.banked_s)]
+        need = _required_gain(results[d].iteration_s, lat, fallback_margin, cluster.banked_s)
+        # the predicted gain is within the margin, one message's latency or the link's banked idle time:
+        # about the model's own error where overlap may not happen as simulated (on one core per rank
+        # gloo's thread competes with backward; a token bucket makes up for idle wire time)
+        if results[d].iteration_s - best_res.iteration_s <= need and k != d:
             gain = 1 - best_res.iteration_s / results[d].iteration_s
             p = candidates[d]
+            is_default = p.params.get("bucket_cap") == DDP_DEFAULT_MB * MB
             best = Plan("aiacc", p.buckets, p.scheduling, compression,
-                        notes=f"fallback to DDP-like buckets of {p.params['bucket_cap'] / MB:g} MB: the measured "
+                        notes=f"fallback to {safe_label(p)}: the measured "
                               f"model predicts aiacc's own plan ({len(best.buckets)} buckets) only "
                               f"{gain:+.1%} faster, within the {fallback_margin:.0%} margin, one message's latency "
                               f"({lat * 1e3:.2f} ms) or the link's banked idle time "
                               f"({cluster.banked_s * 1e3:.2f} ms)"
-                              + ("" if d != default else f" (and no other bucket size {fallback_margin:.0%} faster "
-                                                          f"than DDP's default)"),
+                              + ("" if not is_default else f" (and no other safe plan {fallback_margin:.0%} faster "
+                                                           f"than DDP's default)"),
                         params={**p.params, "fallback": True})
             best_res = results[d]
     return best, best_res, results + [best_res]

@@ -12,9 +12,11 @@ averaged gradients in `.grad`. The Horovod-compatible API (`aiacc.plugins.torch.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from aiacc.core.comm import ModelSpec, Plan, gradient_specs_from_params
@@ -22,7 +24,7 @@ from aiacc.core.comm import CommError
 from aiacc.distributed.compression import check as check_compression
 from aiacc.distributed.executor import PlanExecutor
 from aiacc.distributed.planning import plan_for
-from aiacc.distributed.process import require
+from aiacc.distributed.process import collective, require
 from aiacc.distributed.transport import check_same
 
 
@@ -61,7 +63,28 @@ def spec_from_stamps(named: Sequence[tuple[str, torch.Tensor]], stamps: dict[str
     return gradient_specs_from_params(entries, name=name, forward_s=fwd, backward_s=bwd)
 
 
-PROFILE_STEPS = 3  # steps timed before the plan is remade from their profile (the first is a warm-up)
+PROFILE_STEPS = 4  # steps timed before the plan is remade from their profile (the first is a warm-up)
+# with contention profiling (GradientScheduler's profile_contention), what each profiled step runs:
+# "warm-up" (not used), "quiet" (no all-reduce starts before backward has ended: compute alone) and
+# "busy" (the probe plan's buckets in flight beside backward); quiet steps on both sides of the busy one
+CONTENTION_PATTERN = ("warm-up", "quiet", "busy", "quiet")
+
+
+def backward_span(stamps: dict[str, float]) -> float:
+    """Seconds from a step's first gradient ready to its last (what its hooks saw of backward)."""
+    return max(stamps.values()) - min(stamps.values()) if len(stamps) > 1 else 0.0
+
+
+def probe_plan(spec: ModelSpec, parts: int = 8):
+    """The plan the contention-profiling steps run: DDP's bucketing with buckets of about 1/`parts` of
+    the gradients' bytes (1 MB to 25 MB), so that buckets are in flight beside most of backward (DDP's
+    default 25 MB puts a 10 MB model's gradients in one bucket after backward: a busy step would then
+    say nothing about contention)."""
+    from aiacc.core.comm.strategies import DDP_DEFAULT_MB, MB, ddp
+
+    total = sum(g.nbytes for g in spec.gradients())
+    cap = int(min(DDP_DEFAULT_MB * MB, max(MB, total // parts)))
+    return ddp(spec, bucket_cap=cap)
 
 
 def median_spec(specs: Sequence[ModelSpec]) -> ModelSpec:
@@ -118,11 +141,21 @@ class GradientScheduler:
     then remade, once, from the median profile of those steps but the first (rank 0's): the first step is
     a warm-up (buffers allocated, first collectives), its backward several times slower than later ones,
     and a plan made from it overlaps communication with compute that is not there.
+
+    profile_contention (None: wherever aiacc plans on a measured network, one backward pass per step,
+    more than one rank): the first PROFILE_STEPS steps also measure how much backward slows down with
+    buckets in flight beside it, on this model as it trains (CONTENTION_PATTERN: steps with nothing in
+    flight before backward's end and a step with the buckets of `probe_plan` in flight; the compute
+    slowdown at which the simulator reproduces the busy step's backward is
+    aiacc.core.comm.robust.slowdown_from_span, averaged over ranks) and pool that estimate with the job's
+    others (`planning.add_slowdown_estimates`) before the plan is remade (from the quiet steps' timing,
+    or `model_spec`); `contention_estimate` is the step's estimate (None: not measured or the step said
+    nothing).
     """
 
     def __init__(self, named_parameters: Iterable[tuple[str, torch.nn.Parameter]], *, plan: str | Plan = "aiacc",
                  compression: str = "none", average: bool = True, backward_passes_per_step: int = 1,
-                 model_spec: ModelSpec | None = None, sync: str = "step"):
+                 model_spec: ModelSpec | None = None, sync: str = "step", profile_contention: bool | None = None):
         require()
         compression = check_compression(compression)
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
@@ -144,25 +177,87 @@ class GradientScheduler:
         self.profiles: list[ModelSpec] = []  # one per profiled step
         self.sync = sync  # what the plan is made for: "step" (synchronize), "layer" (attach_forward) or "auto"
         self.attached = False  # attach_forward was called
-        self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec, sync=sync))
         self.passes = backward_passes_per_step
+        self.given_spec = model_spec
+        self.probing = self._wants_probe(profile_contention)
+        self.contention_estimate: float | None = None
+        self.step_index = 0  # steps finished
+        if self.probing:  # the profiled steps run the probe plan; the plan is made after them
+            self.quiet_profiles: list[ModelSpec] = []
+            self.busy_span = 0.0
+            probe = probe_plan(gradient_specs_from_params(entries))
+            if sync != "auto":  # (with "auto" plan_for says which it chose)
+                probe = dataclasses.replace(probe, params={**probe.params, "sync": sync})
+            self._install(plan_for(entries, probe, compression=compression, sync=sync))
+            self._prepare_step()
+        else:
+            self._install(plan_for(entries, plan, compression=compression, model_spec=model_spec, sync=sync))
         self.counts = {n: 0 for n, _ in named}
         self.pending: set[str] | None = None  # parameters whose deferred update waits (attach_forward)
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in named]
+
+    def _wants_probe(self, asked: bool | None) -> bool:
+        """Whether the first steps profile contention (see the class's docstring)."""
+        import torch.distributed as dist
+
+        from aiacc.distributed.planning import calibrate
+
+        if asked is False or self.strategy != "aiacc" or self.passes != 1:
+            return False
+        if not (dist.is_initialized() and dist.get_world_size() > 1):
+            return False
+        grad_bytes = sum(g.nbytes for g in gradient_specs_from_params(self.entries).gradients())
+        return bool(calibrate(up_to_bytes=grad_bytes).allreduce_samples)  # a measured network
+
+    def _prepare_step(self) -> None:
+        """Before the next step: a quiet profiled step starts no all-reduce before backward's end."""
+        if self.probing and self.step_index < len(CONTENTION_PATTERN) \
+                and CONTENTION_PATTERN[self.step_index] == "quiet":
+            self.executor.hold_step()
+
+    def _estimate_contention(self) -> float | None:
+        """The compute slowdown the busy profiled step shows: one estimate against each quiet step's
+        timing (`slowdown_from_span`; two quiet steps bound how much of the busy step's extra time is
+        the load of the moment), each averaged over the ranks that have it, all pooled into the
+        calibrated cluster (`planning.add_slowdown_estimates`); returns their median, None where no
+        rank has one (e.g. the probe plan left backward free of communication)."""
+        import torch.distributed as dist
+
+        from aiacc.core.comm import CostModel
+        from aiacc.core.comm.robust import slowdown_from_span
+        from aiacc.distributed import planning
+
+        cluster = planning.current_cluster()
+        n = len([k for k in CONTENTION_PATTERN if k == "quiet"])
+        ests: list[float | None] = [None] * n
+        if cluster is not None and cluster.allreduce_samples and self.busy_span > 0:
+            cost = CostModel(cluster, compression=self.compression)
+            for i, quiet in enumerate(self.quiet_profiles[:n]):
+                ests[i] = slowdown_from_span(quiet, cluster, self.plan, self.busy_span, cost)
+        both = torch.tensor([e or 0.0 for e in ests] + [1.0 if e else 0.0 for e in ests], dtype=torch.float64)
+        collective("contention estimate", lambda: dist.all_reduce(both))
+        got = [float(both[i] / both[n + i]) for i in range(n) if both[n + i] > 0.5]
+        if not got:
+            return None
+        planning.add_slowdown_estimates(got)
+        return float(np.median(got))
 
     def _install(self, planned) -> None:
         self.plan, order, self.spec = planned
         # what the plan was made for (sync="auto": the planner's measured choice)
         self.chosen_sync = self.plan.params.get("sync", "step") if self.sync == "auto" else self.sync
+        old = getattr(self, "executor", None)
         self.executor = PlanExecutor(self.plan, order, {n: p.numel() for n, p in self.named},
                                      average=self.average, compression=self.compression,
                                      dtypes={n: p.dtype for n, p in self.named})
+        if old is not None:  # the byte counters are this scheduler's, whichever plan sent them
+            self.executor.bytes_total, self.executor.bytes_last_step = old.bytes_total, old.bytes_last_step
 
     def _hook(self, name: str):
         def hook(param: torch.Tensor) -> None:
             if self.pending:  # a new backward while updates of the last step wait (a layer skipped forward)
                 self.flush()
-            if self.profiling:
+            if self.profiling or self.probing:
                 self.stamps.setdefault(name, time.perf_counter())
             self.counts[name] += 1
             if self.counts[name] == self.passes:
@@ -197,7 +292,23 @@ class GradientScheduler:
         self.executor.wait()
         self.counts = dict.fromkeys(self.counts, 0)
         self.pending = None
-        if self.profiling:  # every rank re-plans after PROFILE_STEPS steps (rank 0's profile decides)
+        step, self.step_index = self.step_index, self.step_index + 1
+        if self.probing:
+            kind = CONTENTION_PATTERN[step]
+            if kind == "quiet" and self.stamps:
+                self.quiet_profiles.append(spec_from_stamps(self.named, self.stamps))
+            elif kind == "busy":
+                self.busy_span = backward_span(self.stamps)
+            self.stamps = {}
+            if self.step_index >= len(CONTENTION_PATTERN):  # every rank: the estimate, then the plan
+                self.probing = self.profiling = False
+                self.contention_estimate = self._estimate_contention()
+                spec = self.given_spec or (median_spec(self.quiet_profiles) if self.quiet_profiles else None)
+                self._install(plan_for(self.entries, self.strategy, compression=self.compression,
+                                       model_spec=spec, sync=self.sync))
+            else:
+                self._prepare_step()
+        elif self.profiling:  # every rank re-plans after PROFILE_STEPS steps (rank 0's profile decides)
             self.profiles.append(spec_from_stamps(self.named, self.stamps))
             self.stamps = {}
             if len(self.profiles) >= PROFILE_STEPS:
