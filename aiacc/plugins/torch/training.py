@@ -1,7 +1,8 @@
 """mode="train" for PyTorch: aiacc's exported fx.GraphModule (its ReLUs and residual adds in place where
 autograd allows, aiacc.plugins.torch.inplace), the same module under torch.compile, or a copy of the
 original module run eagerly or under torch.compile, whichever measures fastest at optimize time
-(aiacc.plugins.train_choice): where torch.compile of the user's own module wins (inductor may compile it
+(aiacc.plugins.train_choice); a CNN's graph is first laid out channels-last where that measures faster
+(aiacc.plugins.torch.channels_last): where torch.compile of the user's own module wins (inductor may compile it
 better than aiacc's graph), that is what runs, and aiacc_train_path says so. Each has its own parameters
 under the original's names, starting from the original's values."""
 from __future__ import annotations
@@ -71,6 +72,13 @@ def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any
                              lambda a, b: same_results(a, b, rtol=1e-6, atol=0.0, grad_rtol=1e-6), _arrays)
         if lines and report is not None:
             report.note("inplace", lines)
+        from aiacc.plugins.torch import channels_last
+
+        line = channels_last.choose(module, args, lambda m: _step_of(m, args, kwargs),
+                                    lambda a, b: same_results(_arrays(a), _arrays(b), rtol=1e-5, atol=1e-6,
+                                                              grad_rtol=1e-5))
+        if line and report is not None:
+            report.note("channels_last", [line])
     chosen, choice = choose(GRAPH, lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
                             module, setting, "torch.compile", to_arrays=_arrays, more=more)
     if report is not None and choice.ms:

@@ -69,3 +69,22 @@ def test_bert_encoder_training_graph_uses_it_and_matches_the_original_with_dropo
     for k in ga:
         a, b = ga[k].double().numpy(), gb[k].double().numpy()
         assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max()), k
+
+
+def test_the_numba_mt19937_continues_the_generator_and_the_random_form_is_the_same(monkeypatch):
+    """aiacc's MT19937 is the engine in use here (its self-check passed); over many twists and from a state
+    mid-block its masks and the generator's state afterwards are F.dropout's, and so are the random_ form's
+    (the fallback without numba)."""
+    from aiacc.plugins.torch import dropout as module
+
+    assert module._engine() is not None
+    x = torch.ones(3, 100_003)
+    for engine in (module._ENGINE[0], None):
+        monkeypatch.setattr(module, "_ENGINE", [engine])
+        for seed, before in ((11, 0), (12, 311), (13, 623)):
+            got = []
+            for fn in (F.dropout, dropout):
+                torch.manual_seed(seed)
+                torch.empty(before, dtype=torch.int64).random_()
+                got.append((fn(x, 0.2, True), torch.get_rng_state()))
+            assert torch.equal(got[0][0], got[1][0]) and torch.equal(got[0][1], got[1][1]), (engine, seed)

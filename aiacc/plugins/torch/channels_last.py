@@ -1,0 +1,115 @@
+"""mode="train" for PyTorch: aiacc's training graph of a CNN in channels-last memory layout, where it measures
+faster.
+
+oneDNN trains a convolution on an NCHW tensor by reordering its input, weight and output into its blocked
+layouts on every call, forward and backward; on NHWC (torch.channels_last) tensors it runs without those
+reorders (a ResNet-18-layout step: 0.93x the NCHW time eagerly at batch 8, 0.83x at 32, and inductor compiles
+the channels-last graph better too). `apply` turns aiacc's own GraphModule (its own parameters, never the
+user's) into that form: its convolutions' weights stored channels-last (same shapes and values, so an
+optimizer, state_dict and the gradients' shapes are unchanged) and each 4-D floating input made channels-last
+at the graph's entry; where the graph has a max pool, only from after the last one (the stem of a ResNet
+stays NCHW): another layout's rounding of a max pool's input moves the argmax of near-ties, and with it a
+gradient (7e-3 of the stem's BatchNorm bias gradient on resnet_small). `choose` times one training step of the graph both ways (interleaved rounds,
+aiacc.plugins.timing) and keeps channels-last only where it is faster by the train choice's margin and its
+step's loss and gradients equal the NCHW step's (1e-5 relative, 1e-6 absolute: a conv's bias before a
+BatchNorm has an analytically zero gradient of rounding noise); AIACC_TRAIN_CHANNELS_LAST=on / off skips the
+measurement. The result is a line for the pass report."""
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+from typing import Any, Callable
+
+import torch
+
+from aiacc.plugins.timing import interleaved_times
+
+ENV = "AIACC_TRAIN_CHANNELS_LAST"
+_CL = torch.channels_last
+# channels-last must be at least this much faster to be kept (timing noise on a shared machine)
+MARGIN = 0.97
+
+
+_CONVS = (torch.conv2d, torch.nn.functional.conv2d)
+# ops whose result picks one input element among near-equal ones (a max pool's argmax): another layout's
+# rounding of their input can route a gradient to another element, so the graph stays NCHW up to the last one
+_DISCRETE = (torch.nn.functional.max_pool2d, torch.max_pool2d, torch.nn.functional.max_pool2d_with_indices,
+             torch.nn.functional.adaptive_max_pool2d, torch.nn.functional.adaptive_max_pool2d_with_indices,
+             torch.nn.functional.max_pool3d, torch.nn.functional.max_pool1d)
+
+
+def applies(module: torch.fx.GraphModule, args: tuple) -> bool:
+    """Whether the graph has a 2-D convolution (after its last max pool) on a 4-D floating map."""
+    return bool(_plan(module, args)[1])
+
+
+def _is_map(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.dim() == 4 and a.is_floating_point()
+
+
+def _plan(module: torch.fx.GraphModule, args: tuple) -> tuple[list, list]:
+    """(nodes whose output is made channels-last, get_attr nodes of the convolutions' weights after them):
+    the 4-D floating inputs, or the last max pool's output where the graph has one."""
+    nodes = list(module.graph.nodes)
+    pools = [i for i, n in enumerate(nodes) if n.op == "call_function" and n.target in _DISCRETE]
+    if pools:
+        if nodes[pools[-1]].target is not torch.nn.functional.max_pool2d and \
+                nodes[pools[-1]].target is not torch.max_pool2d:
+            return [], []  # its output is a tuple or not 2-D: left NCHW
+        start, points = pools[-1], [nodes[pools[-1]]]
+    else:
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        start, points = -1, [n for n, a in zip(placeholders, args) if _is_map(a) and n.users]
+    weights = [n.args[1] for n in nodes[start + 1:] if n.op == "call_function" and n.target in _CONVS
+               and len(n.args) > 1 and isinstance(n.args[1], torch.fx.Node) and n.args[1].op == "get_attr"]
+    return (points, weights) if points and weights else ([], [])
+
+
+def apply(module: torch.fx.GraphModule, args: tuple) -> torch.fx.GraphModule:
+    """`module` in place: the weights of the convolutions after the conversion point stored channels-last
+    and the point's output (the 4-D floating inputs, as in `args`, or the last max pool's output) made
+    channels-last; returns it."""
+    points, weights = _plan(module, args)
+    with torch.no_grad():
+        for node in weights:
+            t = module.get_parameter(node.target) if node.target in dict(module.named_parameters()) \
+                else module.get_buffer(node.target)
+            if not t.is_contiguous(memory_format=_CL):
+                t.data = t.data.contiguous(memory_format=_CL)
+    graph = module.graph
+    for node in points:
+        with graph.inserting_after(node):
+            cl = graph.call_method("contiguous", (node,), {"memory_format": _CL})
+        node.replace_all_uses_with(cl, delete_user_cb=lambda user: user is not cl)
+    graph.lint()
+    module.recompile()
+    return module
+
+
+def choose(module: torch.fx.GraphModule, args: tuple, step_of: Callable[[Any], Callable[[], Any]],
+           same: Callable[[Any, Any], str], rounds: int = 5) -> str:
+    """Lay `module` out channels-last (in place, `apply`) when that measures faster for one training step
+    (`step_of(m)()`, side effects undone by the step) and gives the same results (`same(a, b)` is '');
+    returns the report's line ('' when the graph has no convolution on a 4-D input)."""
+    if not applies(module, args):
+        return ""
+    setting = os.environ.get(ENV, "measure").lower()
+    if setting == "off":
+        return f"kept NCHW ({ENV}=off)"
+    if setting == "on":
+        apply(module, args)
+        return f"channels_last ({ENV}=on)"
+    candidate = apply(copy.deepcopy(module), args)
+    steps = {"nchw": step_of(module), "channels_last": step_of(candidate)}
+    first = {k: s() for k, s in steps.items()}  # warm-up; oneDNN builds its primitives here
+    problem = same(first["nchw"], first["channels_last"])
+    if problem:
+        return f"kept NCHW: channels_last's step differs ({problem})"
+    times = interleaved_times(steps, rounds, warmup=1)
+    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    ratio = ms["channels_last"] / ms["nchw"]
+    if ratio < MARGIN:
+        apply(module, args)
+        return f"channels_last: {ms['channels_last']:.1f} ms against NCHW {ms['nchw']:.1f} ms ({ratio:.2f}x)"
+    return f"kept NCHW: channels_last {ms['channels_last']:.1f} ms against {ms['nchw']:.1f} ms ({ratio:.2f}x)"
