@@ -46,7 +46,8 @@ def test_the_slowdown_read_off_a_busy_step_is_the_one_that_made_it():
     base = backward_span(spec, c, plan)
     assert base == pytest.approx(spec.backward_s - spec.layers[-1].backward_s)  # first gradient to the last
     assert slowdown_from_span(spec, c, plan, 0.5 * base) == 1.0  # faster than compute alone: no slowdown
-    assert slowdown_from_span(spec, c, plan, 100 * base) == pytest.approx(10.0)  # the cap
+    # slower than the cap explains: a load spike, not contention
+    assert slowdown_from_span(spec, c, plan, 100 * base) is None
     # a plan that sends only after backward says nothing about contention
     assert slowdown_from_span(spec, c, after_backward(spec), base) is None
     with pytest.raises(CommError):

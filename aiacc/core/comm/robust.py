@@ -25,7 +25,8 @@ from aiacc.core.comm.simulate import simulate
 from aiacc.core.comm.spec import ClusterSpec, ModelSpec
 
 SLOWDOWN_CAP = 10.0  # as the probe's cap (aiacc.distributed.planning.CONTENTION_CAP)
-MIN_SENSITIVITY = 0.05  # a step whose simulated backward moves less than this fraction over [1, cap] tells nothing
+MIN_SENSITIVITY = 0.15  # a step whose simulated backward moves less than this fraction over [1, cap] tells
+# nothing that the load of the moment (5-10% between steps on a shared core) would not swamp
 
 
 def with_slowdown(cluster: ClusterSpec, cs: float) -> ClusterSpec:
@@ -46,8 +47,10 @@ def slowdown_from_span(model: ModelSpec, cluster: ClusterSpec, plan: Plan, span_
     """The compute slowdown at which the simulator's backward span (`backward_span`) of `plan` on
     `model` (layer times measured with nothing in flight) equals `span_s`, the span measured with the
     plan's buckets in flight beside backward: bisection on [1, SLOWDOWN_CAP] (the span grows with the
-    slowdown). None where the plan keeps backward nearly free of communication (its span moves less than
-    MIN_SENSITIVITY over that range: the step says nothing about contention)."""
+    slowdown); 1 where the step was no slower than compute alone. None where the plan keeps backward
+    nearly free of communication (its span moves less than MIN_SENSITIVITY over that range: the step
+    says nothing about contention), or where the step was slower than even SLOWDOWN_CAP explains (a
+    load spike on the shared core, which an estimate at the cap would take for contention)."""
     if not span_s > 0:
         raise CommError(f"contention from a step: the measured backward span must be positive, got {span_s}")
     cost = cost or CostModel(cluster, compression=plan.compression)
@@ -58,8 +61,8 @@ def slowdown_from_span(model: ModelSpec, cluster: ClusterSpec, plan: Plan, span_
         return None
     if span_s <= s_lo:
         return 1.0
-    if span_s >= s_hi:
-        return SLOWDOWN_CAP
+    if span_s >= s_hi:  # more than any slowdown up to the cap explains: the load of the moment, not contention
+        return None
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
         if backward_span(model, with_slowdown(cluster, mid), plan, cost) < span_s:

@@ -225,15 +225,15 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     boundaries against the simulated timeline).
 
     fallback_margin: where the costs are measured (and so uncertain), a plan of aiacc's own must beat
-    the best DDP-like plan (the DDP sweep) by more than this fraction of the step, else that DDP-like
-    plan is returned (fewer, larger messages: the safer choice when the model says aiacc cannot win);
-    its `notes` say so; that DDP-like plan is DDP's default bucketing (DDP_DEFAULT_MB) unless another
-    bucket size is predicted faster than it by the same margin. Each gain must also exceed one
+    the best safe plan (`safe_family`: the DDP sweep and Horovod's 64 MB fusion after backward) by more
+    than this fraction of the step, else that safe plan is returned (fewer, larger messages: the safer
+    choice when the model says aiacc cannot win); its `notes` say so; that safe plan is DDP's default
+    bucketing (DDP_DEFAULT_MB) unless another safe plan is predicted faster than it by the same margin. Each gain must also exceed one
     message's latency (the smallest sample's time) and the idle wire time the link banks
     (`ClusterSpec.banked_s`): that much of a prediction is the model's own error (overlap under
-    contention, or idle wire time a token bucket makes up for, do not behave as simulated). Where DDP's default step minus
-    the lower bound (what any plan could gain) is below that, the search is skipped and DDP's default
-    returned. Returns (plan, its result, all results)."""
+    contention, or idle wire time a token bucket makes up for, do not behave as simulated). Where DDP's
+    default is the safe plan and its step minus the lower bound (what any plan could gain) is below that,
+    the search is skipped and DDP's default returned. Returns (plan, its result, all results)."""
     cost = cost or CostModel(cluster, compression=compression)
     lin = cost.bound_terms()
     total = max(1, sum(g.numel for g in model.gradients()) * 4)
