@@ -285,6 +285,7 @@ class PassReport:
     skipped: dict[str, str] = field(default_factory=dict)  # pass name -> why this mode leaves it out
     fallbacks: list[str] = field(default_factory=list)  # what optimize did less than asked, and why (warned)
     interface: list[str] = field(default_factory=list)  # what optimize checked of the inputs' sizes (batch)
+    shapes: list[str] = field(default_factory=list)  # the input shapes the module was optimized for, and later ones
 
     def __getitem__(self, name: str) -> PassRecord:
         """The (first) record of the pass called `name`."""
@@ -322,6 +323,7 @@ class PassReport:
             **({"skipped": dict(self.skipped)} if self.skipped else {}),
             **({"fallbacks": list(self.fallbacks)} if self.fallbacks else {}),
             **({"interface": list(self.interface)} if self.interface else {}),
+            **({"shapes": list(self.shapes)} if self.shapes else {}),
         }
 
     def table(self):
@@ -350,6 +352,8 @@ class PassReport:
             t.caption = ((t.caption + "\n") if t.caption else "") + "fallbacks: " + "; ".join(self.fallbacks)
         if self.interface:
             t.caption = ((t.caption + "\n") if t.caption else "") + "interface: " + "; ".join(self.interface)
+        if self.shapes:
+            t.caption = ((t.caption + "\n") if t.caption else "") + "shapes: " + "; ".join(self.shapes)
         return t
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ where the model allows it, specialized by torch.export where it does not; which 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import warnings
 from typing import Any
@@ -142,11 +143,30 @@ def _dynamic_shapes(order: list, batch: int | None) -> dict:
     return {p.name: pytree.tree_map(spec, value, is_leaf=lambda v: v is None) for p, value in order}
 
 
+# the dynamic_shapes given to aiacc.optimize (torch.export's form), set while it traces (translator._export_dims)
+USER_DYNAMIC_SHAPES: contextvars.ContextVar = contextvars.ContextVar("aiacc_dynamic_shapes", default=None)
+
+
+def _user_dynamic_shapes(order: list, given: Any) -> dict:
+    """The user's dynamic_shapes by parameter name (a tuple is in positional order), None for the others."""
+    if not isinstance(given, dict):
+        given = {p.name: s for (p, _), s in zip(order, given)}
+    return {p.name: given.get(p.name) for p, _ in order}
+
+
 def export_program(model: nn.Module, args: list, kwargs: dict, order: list, dynamic: bool = True) -> tuple[Any, str]:
-    """torch.export.export(model, args, kwargs, strict=False) with the batch dimension Dim.AUTO, or static
-    shapes when that fails: (program, why shapes are static or "")."""
+    """torch.export.export(model, args, kwargs, strict=False) with the batch dimension Dim.AUTO (or the
+    dimensions aiacc.optimize's dynamic_shapes= gives), or static shapes when that fails: (program, why shapes
+    are static or "")."""
     batch = _batch_of(pytree.tree_leaves((args, kwargs)))
     static_why = ""
+    user = USER_DYNAMIC_SHAPES.get()
+    if dynamic and user is not None:
+        try:
+            return _export(model, args, kwargs, _user_dynamic_shapes(order, user)), ""
+        except ExportFailed as e:
+            return _export(model, args, kwargs, None), (f"export with the given dynamic_shapes failed ({e}); "
+                                                        f"exported with static shapes")
     if dynamic and batch is not None:
         try:
             return _export(model, args, kwargs, _dynamic_shapes(order, batch)), ""
@@ -247,9 +267,10 @@ def capture(model: nn.Module, arguments: dict[str, Any], given: set[str],
     batch = _batch_of(flat)
     gm.meta["aiacc.export"] = {
         "dynamic_batch": bool(dynamic),
-        "static_why": static_why or ("" if dynamic or batch is None else
-                                     f"torch.export specialized the batch dimension to {batch} (the model's "
-                                     f"code fixes it)"),
+        # (with the user's dynamic_shapes, a static batch is what they asked for)
+        "static_why": static_why or ("" if dynamic or batch is None or USER_DYNAMIC_SHAPES.get() is not None
+                                     else f"torch.export specialized the batch dimension to {batch} (the model's "
+                                          f"code fixes it)"),
         "decomposed": sorted(str(op) for op in (decompose_ops or ())),
     }
     return gm

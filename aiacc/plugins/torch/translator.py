@@ -12,7 +12,7 @@ import numpy as np
 
 from aiacc.core.ir import Graph
 from aiacc.errors import AiaccError, UnsupportedError, collecting_fallbacks, describe, fallback
-from aiacc.plugins.base import BatchGuard, Plugin, to_numpy_list
+from aiacc.plugins.base import Plugin, to_numpy_list
 
 
 def normalize_mode(mode: str | None, model: Any = None) -> str:
@@ -44,7 +44,13 @@ class TorchPlugin(Plugin):
                "framework_compile": "mode='train': 'auto' measures the step with and without torch.compile and "
                                     "keeps the faster; True always compiles; False never",
                "frontend": "'auto' (torch.fx where it translates the whole model, else torch.export), 'export' "
-                           "(torch.export, inference) or 'fx' (torch.fx symbolic tracing)"}
+                           "(torch.export, inference) or 'fx' (torch.fx symbolic tracing)",
+               "max_shapes": "how many input-shape specializations a call may build: a call at shapes the module "
+                             "was not optimized for optimizes the original again for them, up to this many in all "
+                             "(default 8; 1: other shapes are a ShapeError)",
+               "dynamic_shapes": "torch.export's dynamic_shapes (torch.export.Dim per dimension): the dimensions "
+                                 "a call may vary (each new size a specialization within the Dim's min..max); "
+                                 "any other dimension differing is a ShapeError; given to torch.export too"}
 
     checks_batch = True
 
@@ -66,11 +72,28 @@ class TorchPlugin(Plugin):
         return pytree.tree_map(grow, example_inputs)
 
     def guard_batch(self, model: Any, batch: int, why: str) -> bool:
-        """A forward pre-hook refusing tensors whose first dimension is not `batch` (ShapeError)."""
+        """Note that the optimized module is specialized to `batch`: the shape guard optimize installs last
+        (shapes.ShapeHook, every dimension) then holds dimension 0 fixed too and says `why`."""
         if not hasattr(model, "register_forward_pre_hook"):
             return False
-        model.register_forward_pre_hook(BatchHook(batch, why), with_kwargs=True)
+        state = _BATCH.get()
+        if state is not None:
+            state["why"] = why
         return True
+
+    def _check_batch(self, model: Any, out: Any, example_inputs: Any) -> list[str]:
+        """base's second-batch check; where it found the module right at another batch size, the shape guard
+        leaves dimension 0 free."""
+        import io
+
+        # torch.fx prints the generated code's traceback to stderr before re-raising a failure at the other
+        # size (fx.graph_module._WrappedCall); the failure is handled here and said in the report
+        with contextlib.redirect_stderr(io.StringIO()):
+            lines = super()._check_batch(model, out, example_inputs)
+        state = _BATCH.get()
+        if state is not None and lines and "runs at other sizes" in lines[0] and not state.get("why"):
+            state["free"] = True
+        return lines
 
     def detect(self, model: Any) -> bool:
         torch = sys.modules.get("torch")
@@ -208,13 +231,28 @@ class TorchPlugin(Plugin):
         (train() -> 'train'); memory_budget (bytes) with mode='train' plans activation recomputation."""
         _check_module(model, "optimizes")
         self.check_options(options)
-        with collecting_fallbacks(options.get("strict", False)):
-            if options.get("mode") is None and model.training:
-                fallback("torch.mode", f"{type(model).__name__} is in train mode (as a freshly built nn.Module is) "
-                         f"and no mode= was given: it is optimized with training semantics (BatchNorm uses batch "
-                         f"statistics and is not folded, Dropout stays random); call model.eval() or pass "
-                         f"mode='inference' for inference, mode='train' to keep training semantics")
-            return self._optimize_torch(model, example_inputs, options)
+        from aiacc.plugins.torch import shapes
+
+        limit = shapes.check_max_shapes(options.pop("max_shapes", None))
+        dynamic_shapes = options.pop("dynamic_shapes", None)
+        again = dict(options)  # what a specialization for other shapes is optimized with
+        batch = {}
+        token = _BATCH.set(batch)
+        try:
+            with collecting_fallbacks(options.get("strict", False)), \
+                    _export_dims(dynamic_shapes):
+                if options.get("mode") is None and model.training:
+                    fallback("torch.mode", f"{type(model).__name__} is in train mode (as a freshly built nn.Module "
+                             f"is) and no mode= was given: it is optimized with training semantics (BatchNorm uses "
+                             f"batch statistics and is not folded, Dropout stays random); call model.eval() or pass "
+                             f"mode='inference' for inference, mode='train' to keep training semantics")
+                out = self._optimize_torch(model, example_inputs, options)
+        finally:
+            _BATCH.reset(token)
+        if example_inputs is None or not hasattr(out, "register_forward_pre_hook"):
+            return out
+        return shapes.install(out, model, example_inputs, again, limit, dynamic_shapes, batch,
+                              lambda m, ex, opts: _specialization(self, m, ex, opts, dynamic_shapes))
 
     def _optimize_torch(self, model: Any, example_inputs: Any, options: dict) -> Any:
         explicit = options.get("mode") is not None
@@ -356,27 +394,38 @@ PLUGIN = TorchPlugin()
 TRANSLATOR = PLUGIN  # the name earlier code and tests use
 
 
-class BatchHook:
-    """The forward pre-hook of a module specialized to one batch size: base.BatchGuard (the message every plugin
-    gives) on its tensor arguments, named by the forward's parameters. A class, not a closure, so the guarded
-    module still pickles (torch.save of the whole module)."""
+# what the second-batch check found while optimize runs: {"free": True} (right at another batch size) or
+# {"why": ...} (specialized to the example's); read by shapes.install
+_BATCH: contextvars.ContextVar = contextvars.ContextVar("aiacc_torch_batch", default=None)
 
-    def __init__(self, batch: int, why: str):
-        self.batch, self.why = batch, why
 
-    def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
-        import inspect
+@contextlib.contextmanager
+def _export_dims(dynamic_shapes: Any):
+    """The user's dynamic_shapes, for torch.export while this optimize traces (export_frontend.export_program)."""
+    if dynamic_shapes is None:
+        yield
+        return
+    from aiacc.plugins.torch.export_frontend import USER_DYNAMIC_SHAPES
 
-        import torch
-        from torch.utils import _pytree as pytree
+    token = USER_DYNAMIC_SHAPES.set(dynamic_shapes)
+    try:
+        yield
+    finally:
+        USER_DYNAMIC_SHAPES.reset(token)
 
-        try:
-            named = list(inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments.items())
-        except (TypeError, ValueError):  # a signature inspect cannot read or bind: name by position
-            named = [(f"input {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-        names, tensors = [], []
-        for name, value in named:
-            leaves = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-            names += [name] if len(leaves) == 1 else [f"{name}[{i}]" for i in range(len(leaves))]
-            tensors += leaves
-        BatchGuard(self.batch, self.why, names, model=type(module).__name__).check(tensors)
+
+def _specialization(plugin: Any, model: Any, example: Any, options: dict, dynamic_shapes: Any) -> tuple[Any, Any]:
+    """(the module optimized for `example`'s shapes with the first optimize's options, its ShapeSpec): a
+    specialization a call at new shapes builds. Its fallbacks were warned by the first optimize already (they
+    stay in its own report); it builds no specializations of its own."""
+    import warnings
+
+    from aiacc.errors import AiaccWarning
+    from aiacc.plugins.torch.shapes import ShapeHook
+
+    options.setdefault("progress", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AiaccWarning)
+        new = plugin.optimize(model, example, max_shapes=1, dynamic_shapes=dynamic_shapes, **options)
+    hook = next(h for h in new._forward_pre_hooks.values() if isinstance(h, ShapeHook))
+    return new, hook.spec
