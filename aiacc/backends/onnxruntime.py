@@ -170,6 +170,7 @@ class OrtGraphRunner:
         self.fusions = fusions and self.device[0] == "cpu"  # the fused kernels are checked on CPU only
         self.fused_ops: dict[str, int] = {}  # com.microsoft kernel -> how many the sessions run
         self.fallback_nodes: list[str] = []  # nodes onnxruntime could not build, run on aiacc's kernels
+        self._fused_graphs: set[int] = set()  # id() of the segment graphs whose session runs the fused form
         segments, self.segments = self.segments, []
         for seg in segments:
             self._add_segment(seg)
@@ -203,11 +204,45 @@ class OrtGraphRunner:
                 else:
                     for k, v in counts.items():
                         self.fused_ops[k] = self.fused_ops.get(k, 0) + v
+                    self._fused_graphs.add(id(graph))
                     return sess
         try:
             return self._ort.InferenceSession(model.SerializeToString(), self._options, providers=self._providers)
         except Exception:  # onnxruntime raises its own exception types (NotImplemented, Fail, InvalidGraph)
             return None
+
+    def segment_models(self):
+        """The ONNX model of each onnxruntime segment, built again as its session was (attention fused where
+        the session runs it fused), in segment order: for profiling or inspecting what the sessions run."""
+        from aiacc.backends.ort_fusions import fuse_attention
+
+        for seg, sess in zip(self.segments, self.sessions):
+            if sess is not None:
+                model = self._to_onnx(seg.graph)
+                if id(seg.graph) in self._fused_graphs:
+                    fuse_attention(model)
+                yield model
+
+    def optimized_ops(self) -> dict[str, int]:
+        """How many nodes of each op type ("Attention", "SkipLayerNormalization", "Gemm" ...) the sessions run
+        after onnxruntime's own graph optimizations (at this runner's level), read from the graph onnxruntime
+        saves (optimized_model_filepath) for each of `segment_models`: checks that a fused kernel survives
+        onnxruntime's optimizers. It builds a second session per segment, so it is slow."""
+        import collections
+        import tempfile
+
+        import onnx
+
+        counts: collections.Counter = collections.Counter()
+        with tempfile.TemporaryDirectory(prefix="aiacc-ort-opt-") as tmp:
+            for i, model in enumerate(self.segment_models()):
+                options = self._ort.SessionOptions()
+                options.graph_optimization_level = self._options.graph_optimization_level
+                options.intra_op_num_threads = 1
+                options.optimized_model_filepath = path = os.path.join(tmp, f"segment{i}.onnx")
+                self._ort.InferenceSession(model.SerializeToString(), options, providers=self._providers)
+                counts.update(n.op_type for n in onnx.load(path).graph.node)
+        return dict(counts)
 
     def _record_placement(self, sess) -> None:
         """Add the nodes onnxruntime assigned to the CPU provider (an accelerator was asked for) to cpu_nodes."""

@@ -40,6 +40,13 @@ def test_transformers_attention_runs_fused_and_equal(name):
     fast = _optimize(model, x)
     layers = M.SPEED_SIZES["small"][3]
     assert fast.runner.fused_ops == {"Attention": layers}  # one packed-QKV attention kernel per layer
+    # and they are what the session runs once onnxruntime's own optimizers have been over the graph: each
+    # layer one Attention, no Softmax left, and LayerNorm as onnxruntime's kernels (plain or fused with the
+    # residual Add: SkipLayerNormalization), never decomposed
+    ops = fast.runner.optimized_ops()
+    assert ops.get("Attention") == layers and "Softmax" not in ops, ops
+    assert ops.get("LayerNormalization", 0) + ops.get("SkipLayerNormalization", 0) >= 2 * layers, ops
+    assert not {"ReduceMean", "Pow", "Sqrt", "Erf"} & set(ops), ops
     with torch.no_grad():
         assert _rel_err(model(**fresh), fast(**fresh)) <= 1e-4
 
