@@ -3,6 +3,7 @@
     python benchmarks/reach.py                 # the default sample
     python benchmarks/reach.py --only bert,gpt2
     python benchmarks/reach.py --speed [--models bert,distilbert,gpt2,vit] [--sizes small,base] [--iters 20]
+    python benchmarks/reach.py --speed --profile --models vit --sizes small --iters 30
 
 Per model: traced (whole: no opaque node), the opaque count and their reasons, optimized output verified
 on a fresh input (max error relative to the output's magnitude, 1e-4), or the error that stopped it.
@@ -28,7 +29,11 @@ only eager and jit beside it, 0.97x with torch.compile and aiacc native beside i
 candidate's pools are idle while it is not asked, and it pays only for its own. --in-process keeps the
 older measure (every candidate in this process, one call of each per round in a seeded random order).
 The table gives median ms, which backend aiacc's default result runs on, and aiacc ms / best peer ms (the
-issue's target: <= 0.9).
+issue's target: <= 0.9); in isolated mode "(paired)" after a ratio is the median over rounds of that round's
+ms / the best peer's ms in the same round (less moved by the shared machine's slow spells).
+--speed --profile prints, instead of the table, onnxruntime's own profile (per op type: ms per run and nodes,
+after onnxruntime's graph optimizations) of the onnxruntime peer's session and of aiacc's backend="onnxruntime"
+graph, run with the same session settings one after the other in one process (--iters runs each).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 import warnings
@@ -477,6 +483,7 @@ def speed_row_isolated(name: str, size: str, iters: int, warmup: int, calls: int
                 _drop(workers, k)
                 times.pop(k)
         order, rng = list(workers), random.Random(0)
+        rounds = row["rounds"] = {}  # each candidate's median ms per round, for the paired ratios
         for _ in range(iters):
             rng.shuffle(order)
             for k in list(order):
@@ -484,7 +491,9 @@ def speed_row_isolated(name: str, size: str, iters: int, warmup: int, calls: int
                     continue
                 time.sleep(settle)  # the same pause before every candidate's turn
                 try:
-                    times[k] += _ask(workers, k, "time", calls, timeout=timeout)
+                    got = _ask(workers, k, "time", calls, timeout=timeout)
+                    times[k] += got
+                    rounds.setdefault(k, []).append(median_ms(got))
                 except (_WorkerLost, RuntimeError) as e:
                     row["failed"][k] = str(e)
                     _drop(workers, k)
@@ -549,10 +558,26 @@ def _backend_of(fast) -> str:
     return {"OrtModule": "onnxruntime"}.get(cls, cls)
 
 
+def _paired(row: dict, peer: str) -> dict:
+    """Per candidate, the median over rounds of its round's ms / `peer`'s ms in the same round (isolated mode):
+    each ratio compares two turns a few hundred ms apart, so a slow spell of the shared machine that spans
+    rounds moves both sides of it, where it moves the two overall medians by different amounts."""
+    rounds = row.get("rounds") or {}
+    if peer not in rounds:
+        return {}
+    out = {}
+    for k, ms in rounds.items():
+        pairs = [a / b for a, b in zip(ms, rounds[peer])]
+        if pairs and len(ms) == len(rounds[peer]):
+            out[k] = statistics.median(pairs)
+    return out
+
+
 def speed_table(rows) -> str:
     cols = ["eager", *PEERS, "aiacc", "aiacc ort", "aiacc auto"]
     lines = ["| model | size | " + " | ".join(f"{c} ms" for c in cols) + " | aiacc backend | best peer | "
-             "aiacc / best peer | aiacc ort / best peer | aiacc auto / best peer | max rel err: peers / aiacc |",
+             "aiacc / best peer | aiacc ort / best peer (paired) | aiacc auto / best peer (paired) | "
+             "max rel err: peers / aiacc |",
              "|---|---|" + "---|" * (len(cols) + 6)]
     for r in rows:
         ms = r["ms"]
@@ -562,6 +587,9 @@ def speed_table(rows) -> str:
         ratio = f"{ms['aiacc'] / best[1]:.2f}" if best and "aiacc" in ms else "-"
         ratio_ort = f"{ms['aiacc ort'] / best[1]:.2f}" if best and "aiacc ort" in ms else "-"
         ratio_auto = f"{ms['aiacc auto'] / best[1]:.2f}" if best and "aiacc auto" in ms else "-"
+        paired = _paired(r, best[0]) if best else {}
+        ratio_ort += f" ({paired['aiacc ort']:.2f})" if "aiacc ort" in paired else ""
+        ratio_auto += f" ({paired['aiacc auto']:.2f})" if "aiacc auto" in paired else ""
         err = max([v for k, v in r["err"].items() if not k.startswith("aiacc")], default=0.0)
         aerr = max([v for k, v in r["err"].items() if k.startswith("aiacc")] + [r.get("fresh_err", 0.0)])
         lines.append(f"| {r['model']} | {r['size']} | " + " | ".join(cells) +
@@ -570,7 +598,74 @@ def speed_table(rows) -> str:
     return "\n".join(lines)
 
 
+def _ort_profile(model_bytes: bytes, feed: dict, runs: int, tmp: str, tag: str):
+    """(op type -> (ms per run, nodes), nodes after onnxruntime's optimizations) from onnxruntime's own
+    profiler (SessionOptions.enable_profiling: one event per node run) over `runs` runs, with the peer's
+    session settings (2 threads, every graph optimization, no spinning)."""
+    import collections
+
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.enable_profiling, so.profile_file_prefix = True, os.path.join(tmp, tag)
+    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    feed = {i.name: feed[i.name] for i in sess.get_inputs()}
+    for _ in range(3):
+        sess.run(None, feed)
+    for _ in range(runs):
+        sess.run(None, feed)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    total, count = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            total[e["args"]["op_name"]] += e["dur"]
+            count[e["args"]["op_name"]] += 1
+    done = runs + 3  # the warm-up runs are profiled too
+    return {op: (total[op] / done / 1e3, count[op] // done) for op in total}, sum(count.values()) // done
+
+
+def speed_profile(name: str, size: str, runs: int, attn: str) -> str:
+    """--profile: where the time goes, per onnxruntime op type, in the onnxruntime peer's session (its own
+    export) and in aiacc's backend="onnxruntime" sessions (the graph as aiacc hands it over, attention fused),
+    both after onnxruntime's own graph optimizations, profiled one after the other in this process."""
+    import tempfile
+
+    import aiacc
+    model, x, _ = M.hf_speed_model(name, size, attn=attn)
+    tmp = tempfile.mkdtemp(prefix="aiacc-reach-profile-")
+    feed = {k: v.numpy() for k, v in x.items()}
+    _ort_peer(model, x, os.path.join(tmp, "peer.onnx"))
+    with open(os.path.join(tmp, "peer.onnx"), "rb") as f:
+        peer, peer_nodes = _ort_profile(f.read(), feed, runs, tmp, "peer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, x, backend="onnxruntime")
+    runner = fast.runner
+    models = list(runner.segment_models())
+    if runner.num_opaque or len(models) != 1:  # the segments' inputs are other segments' outputs
+        return f"# {name} {size}: aiacc's graph is {len(models)} onnxruntime segments and {runner.num_opaque} " \
+               f"opaque nodes: only a graph that is one segment is profiled"
+    ours, our_nodes = _ort_profile(models[0].SerializeToString(), feed, runs, tmp, "aiacc")
+    lines = [f"# {name} {size}: onnxruntime profile, ms per run (nodes) after onnxruntime's optimizations, "
+             f"{runs} runs; aiacc's fused kernels {runner.fused_ops}",
+             "| op type | ort peer | aiacc ort |", "|---|---|---|"]
+    for op in sorted(set(peer) | set(ours), key=lambda o: -max(peer.get(o, (0, 0))[0], ours.get(o, (0, 0))[0])):
+        cell = lambda d: f"{d[op][0]:.2f} ({d[op][1]})" if op in d else "-"  # noqa: E731
+        lines.append(f"| {op} | {cell(peer)} | {cell(ours)} |")
+    lines.append(f"| all kernels | {sum(v[0] for v in peer.values()):.2f} ({peer_nodes}) | "
+                 f"{sum(v[0] for v in ours.values()):.2f} ({our_nodes}) |")
+    return "\n".join(lines)
+
+
 def speed_main(args) -> int:
+    if args.profile:
+        for name in args.models.split(","):
+            for size in args.sizes.split(","):
+                print(speed_profile(name, size, args.iters, args.attn), flush=True)
+        return 0
     rows = []
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     for name in args.models.split(","):
@@ -619,6 +714,8 @@ def main(argv=None) -> int:
                     help="--speed: transformers' attention implementation (sdpa is its default)")
     ap.add_argument("--in-process", action="store_true",
                     help="--speed: time every candidate in this one process (the default: one worker process each)")
+    ap.add_argument("--profile", action="store_true",
+                    help="--speed: onnxruntime's per-op-type profile of the peer's and aiacc's sessions, not the table")
     ap.add_argument("--calls", type=int, default=3, help="--speed (isolated): timed calls per worker turn")
     ap.add_argument("--settle", type=float, default=0.05,
                     help="--speed (isolated): seconds of pause before every worker's turn (the same for all)")
