@@ -24,6 +24,7 @@ F.conv2d / F.linear and the activation, so gradients, other devices and other dt
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 import torch.fx as fx
@@ -106,6 +107,40 @@ def _packed(weight: torch.Tensor, key: tuple, make) -> torch.Tensor:
             packed = make(weight.detach())
         variants[key] = packed
     return packed
+
+
+_PREPARED: dict[tuple, tuple] = {}  # (tag, ids of the tensors) -> (weak refs, their states, the prepared value)
+_PREPARED_MAX = 4096  # entries before the ones whose tensors died are swept
+
+
+def _none_ref():
+    return None
+
+
+def prepared(tag, tensors: tuple, make):
+    """make(*tensors), cached per call site (`tag`, hashable) and the tensors' identities: the cheap per-call
+    form of the weight preparation aiacc's own kernels need (transposed weights, numpy views of biases), re-made
+    when a tensor is another object or its storage or version changed (in-place updates, load_state_dict).
+    `tensors` may hold None. The cache holds weak references only (plus what `make` returns)."""
+    key = (tag, *map(id, tensors))
+    entry = _PREPARED.get(key)
+    if entry is not None:
+        refs, states, value = entry
+        for r, t, st in zip(refs, tensors, states):
+            if r() is not t or (t is not None and (t.data_ptr(), _version(t)) != st):
+                break
+        else:
+            return value
+    if len(_PREPARED) >= _PREPARED_MAX:
+        for k in [k for k, e in _PREPARED.items() if any(r() is None for r, t in zip(e[0], k[1:]) if t != id(None))]:
+            del _PREPARED[k]
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+    with torch.no_grad():
+        value = make(*tensors)
+    _PREPARED[key] = (tuple(_none_ref if t is None else weakref.ref(t) for t in tensors),
+                      tuple(None if t is None else (t.data_ptr(), _version(t)) for t in tensors), value)
+    return value
 
 
 def _plain(weight) -> None:

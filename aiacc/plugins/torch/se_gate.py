@@ -8,8 +8,10 @@ read by the 1x1 projection convolution. Since `W @ (x * g) == (W * g) @ x` per s
 channels-last tensor the oneDNN convolutions return; NCHW works too, as [N, C, H*W] on the other side):
 scaling W costs C*O multiplies per sample instead of C*H*W, and the product is written once, channels-last.
 
-The gate's own fully connected layers, 1x1 convolutions of a [N, C, 1, 1] map, run as one oneDNN inner
-product on [N, C] (`conv1x1_as_linear`, post-op included) instead of a convolution call.
+The gate's own fully connected layers, 1x1 convolutions of a [N, C, 1, 1] map, run as F.linear at level 2
+already (fastpath.conv2d); the oneDNN inner product that was timed against them here (`conv1x1_as_linear`)
+was dropped as slower on every such layer of the benchmark nets (50 of 50 at batch 8), so it is no candidate
+any more (the function stays, so modules saved by earlier versions load).
 
 The squeeze itself, `act2(fc2(act1(fc1(GlobalAveragePool(x)))))` (act1 a fused activation or the SiLU
 FusedElementwise after fc1), runs as one numba kernel (`se_squeeze`, aiacc/core/runtime/numba_se.py): one pass
@@ -20,11 +22,11 @@ so level 2's pool + two 1x1 convolutions cost 250-380 us per block at batch 1, t
 Level 3 only, and only where measured faster: `choose(graph)` (run by numba_op.choose_fusions in the torch
 native export when the level-3 elementwise_fusion pass ran) times both forms on random tensors of the node's
 shapes, interleaved, and records conv.meta[META_KEY] = (kept, note, kind): "kept: se gate in the GEMM 0.70x",
-"kept: 1x1 conv as inner product 0.60x", "kept: se squeeze in one numba kernel 0.12x" (on the second FC) or
-"dropped: ... slower 1.10x". The export planner registered here
-(exporter.FUSION_PLANNERS) lowers the kept ones: the Mul is skipped and the convolution becomes one
-`se_gated_conv1x1` / `conv1x1_as_linear` call (plain functions, so the GraphModule saves, loads and traces like
-the rest; under autograd, tracing or on other devices and dtypes they run the multiply and F.conv2d / F.linear).
+"kept: se squeeze in one numba kernel 0.12x" (on the second FC) or "dropped: ... slower 1.10x". The export
+planner registered here (exporter.FUSION_PLANNERS) lowers the kept ones: the Mul is skipped and the convolution
+becomes one `se_gated_conv1x1` call, or the pool and both layers one `se_squeeze` call (plain functions, so the
+GraphModule saves, loads and traces like the rest; under autograd, tracing or on other devices and dtypes they
+run the same ops in torch).
 """
 from __future__ import annotations
 
@@ -36,10 +38,10 @@ from aiacc.core.ir import Graph, Node, Value
 from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.exporter import FUSION_PLANNERS, Fusions, arg
 
-META_KEY = "torch.se_gate"  # conv node.meta: (kept: bool, note, "gate" | "fc" | "squeeze")
+META_KEY = "torch.se_gate"  # conv node.meta: (kept: bool, note, "gate" | "squeeze")
 MODE_ENV = "AIACC_SE_GATE"  # "measure" (default), "on" (always, when it applies), "off"
 # the squeeze kernel: "measure" (default), "on", "off"; unset it follows an explicit AIACC_SE_GATE=on|off as
-# "off" (that pins the FC layers' form), else measures
+# "off" (that pins level 2's squeeze), else measures
 SQUEEZE_ENV = "AIACC_SE_SQUEEZE"
 
 try:  # numba only inside aiacc/core/runtime; without it the squeeze is never a candidate
@@ -90,7 +92,8 @@ def se_gated_conv1x1(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, 
 def conv1x1_as_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attr: str = "none",
                       scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
     """attr(conv2d(x, weight, bias)) for a 1x1 convolution of a [N, C, 1, 1] map (squeeze-excite's FC
-    layers) as one oneDNN inner product (fastpath.linear) on [N, C]: no convolution set-up per call."""
+    layers) as one oneDNN inner product (fastpath.linear) on [N, C]. No longer chosen (level 2's F.linear is
+    faster); kept so GraphModules saved by earlier versions still load."""
     n, c = x.shape[:2]
     o = weight.shape[0]
     return fastpath.linear(x.reshape(n, c), weight.reshape(o, c), bias, attr, scalars, algorithm).view(n, o, 1, 1)
@@ -108,10 +111,23 @@ def _act_code(attr: str, scalars) -> tuple[int, tuple[float, float]] | None:
     return _numba_se.ACTS[attr], tuple((params + [0.0, 0.0])[:2])
 
 
-def _transposed(weight: torch.Tensor) -> np.ndarray:
-    """A [O, I, 1, 1] weight as a C-contiguous [I, O] float32 array, cached per weight (fastpath._packed:
-    re-made when the weight's storage or version changes)."""
-    return fastpath._packed(weight, "se_squeeze.T", lambda w: w.reshape(w.shape[0], -1).t().contiguous()).numpy()
+def _squeeze_weights(w1, b1, w2, b2, act1, scalars1, act2, scalars2):
+    """What the squeeze kernel takes besides x, made once per weights (fastpath.prepared): (w1t [C, R], b1,
+    w2t [R, C], b2 as C-contiguous float32 arrays, (act1, params1), (act2, params2)), or None where the
+    kernel does not apply (shapes, dtypes, devices, an activation it lacks)."""
+    codes = (_act_code(act1, scalars1), _act_code(act2, scalars2))
+    f32 = torch.float32
+    if None in codes or any(t is not None and (t.dtype is not f32 or not t.is_cpu or t.is_mkldnn)
+                            for t in (w1, b1, w2, b2)) or w1.dim() != 4 or w2.dim() != 4 \
+            or tuple(w1.shape[2:]) != (1, 1) or tuple(w2.shape[2:]) != (1, 1) or w1.shape[0] != w2.shape[1] \
+            or w1.shape[1] != w2.shape[0]:
+        return None
+    r, c = w1.shape[:2]
+    t1 = w1.reshape(r, c).t().contiguous().numpy()
+    t2 = w2.reshape(c, r).t().contiguous().numpy()
+    bias1 = (b1.detach().contiguous() if b1 is not None else torch.zeros(r)).numpy()
+    bias2 = (b2.detach().contiguous() if b2 is not None else torch.zeros(c)).numpy()
+    return t1, bias1, t2, bias2, codes[0], codes[1]
 
 
 @fastpath._fx_leaf
@@ -121,24 +137,22 @@ def se_squeeze(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: t
     """Squeeze-excite's gate act2(conv2d(act1(conv2d(adaptive_avg_pool2d(x, 1), w1, b1)), w2, b2)), [N, C, 1, 1]
     (w1 [R, C, 1, 1], w2 [C, R, 1, 1]; acts oneDNN post-op names), as one numba kernel call on x's memory
     (channels-last or NCHW) where it applies: CPU float32, no autograd, no tracer. Elsewhere the same ops in
-    torch."""
-    codes = (_act_code(act1, scalars1), _act_code(act2, scalars2))
-    n, c = x.shape[:2]
-    if x.dim() == 4 and None not in codes and fastpath.usable(x, w1, b1) and fastpath.usable(x, w2, b2) \
-            and w1.shape[0] == w2.shape[1] and w1.shape[1] == c == w2.shape[0] and x.numel() > 0:
-        h, w = x.shape[2:]
-        if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
-            x3, last = x.permute(0, 2, 3, 1).reshape(n, h * w, c), True  # a view: [N, HW, C]
-        else:
-            x3, last = x.contiguous().reshape(n, c, h * w), False
-        r = w1.shape[0]
-        bias1 = b1 if b1 is not None else torch.zeros(r)
-        bias2 = b2 if b2 is not None else torch.zeros(c)
-        out = torch.empty(n, c, 1, 1)
-        (a1, p1), (a2, p2) = codes
-        _numba_se.se_squeeze(x3.numpy(), last, _transposed(w1), bias1.detach().numpy(), _transposed(w2),
-                             bias2.detach().numpy(), a1, a2, out.numpy().reshape(n, c), p1, p2)
-        return out
+    torch. The per-call work besides the kernel is kept small (weights prepared once, numpy views of x)."""
+    if _numba_se is not None and x.dim() == 4 and fastpath.usable(x, w1, b1) and x.numel() > 0 \
+            and not (torch.is_grad_enabled() and (w2.requires_grad or (b2 is not None and b2.requires_grad))):
+        prep = fastpath.prepared(("se_squeeze", act1, tuple(scalars1), act2, tuple(scalars2)), (w1, b1, w2, b2),
+                                 lambda *ts: _squeeze_weights(*ts, act1, scalars1, act2, scalars2))
+        n, c, h, w = x.shape
+        if prep is not None and prep[0].shape[0] == c:
+            t1, bias1, t2, bias2, (a1, p1), (a2, p2) = prep
+            xn = x.numpy()
+            if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+                x3, last = xn.transpose(0, 2, 3, 1).reshape(n, h * w, c), True  # a view: [N, HW, C]
+            else:
+                x3, last = np.ascontiguousarray(xn).reshape(n, c, h * w), False
+            out = torch.empty(n, c, 1, 1)
+            _numba_se.se_squeeze(x3, last, t1, bias1, t2, bias2, a1, a2, out.numpy().reshape(n, c), p1, p2)
+            return out
     s = F.adaptive_avg_pool2d(x, 1)
     s = fastpath._UNARY[act1](F.conv2d(s, w1, b1), list(scalars1), None)
     return fastpath._UNARY[act2](F.conv2d(s, w2, b2), list(scalars2), None)
@@ -278,18 +292,6 @@ def _squeeze_pair(got, fc2: Node, rng) -> tuple:
             unfused)
 
 
-def _fc_pair(conv: Node, post, rng) -> tuple:
-    """(inner product, the 1x1 oneDNN convolution) as eager calls on random tensors of the node's shapes."""
-    def t(shape):
-        return torch.from_numpy(rng.standard_normal(shape).astype("float32"))
-
-    x, w = t(conv.inputs[0].shape), t(conv.inputs[1].shape)
-    bias = t(conv.inputs[2].shape) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
-    attr, scalars, algorithm = post
-    return (lambda: conv1x1_as_linear(x, w, bias, attr, scalars, algorithm),
-            lambda: fastpath.conv2d(x, w, bias, [1, 1], [0, 0], [1, 1], 1, attr, scalars, algorithm))
-
-
 def _pair(conv: Node, x: Value, g: Value, post, rng) -> tuple:
     """(gated GEMM, multiply then the oneDNN conv) as eager calls on random tensors of the node's shapes."""
     def t(shape):
@@ -319,8 +321,7 @@ def _pair(conv: Node, x: Value, g: Value, post, rng) -> tuple:
 
 def choose(graph: Graph, timer=None) -> dict[str, str]:
     """For each convolution `match` accepts (x * gate into a 1x1 conv), time the gated GEMM against the
-    multiply and the convolution (level 2's form); for each `match_fc` accepts (a 1x1 conv of a 1x1 map),
-    the inner product against the convolution; keep the faster: conv.meta[META_KEY] = (kept, note, kind).
+    multiply and the convolution (level 2's form) and keep the faster: conv.meta[META_KEY] = (kept, note, kind).
     Before those, each squeeze match_squeeze accepts: the numba kernel against the pool and two convolutions
     (its note under the pool's name; a kept one's fc1 and fc2 are no candidates for the other forms).
     Returns {node name: note}. `timer(fused, unfused) -> (s, s)` replaces the timing (tests);
@@ -340,24 +341,20 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
             continue
         node.meta.pop(META_KEY, None)
         got = match(node)
-        kind = "gate"
         if got is None:
-            fc = match_fc(node)
-            if fc is None:
-                continue
-            got, kind = (None, None, None, fc), "fc"
+            continue
+        kind = "gate"
         _, x, g, post = got
         post = _post(node, post)
-        what = "se gate in the GEMM" if kind == "gate" else "1x1 conv as inner product"
+        what = "se gate in the GEMM"
         if mode == "off":
             decision = (False, f"dropped: {MODE_ENV}=off", kind)
         elif mode == "on":
             decision = (True, f"kept: {what} ({MODE_ENV}=on)", kind)
         else:
-            key = (kind, tuple(node.inputs[0].shape), None if g is None else tuple(g.shape),
-                   tuple(node.inputs[1].shape), len(node.inputs), str(post))
-            decision = _measured(seen, key, what, kind, timer, lambda: (
-                _pair(node, x, g, post, rng) if kind == "gate" else _fc_pair(node, post, rng)))
+            key = (kind, tuple(node.inputs[0].shape), tuple(g.shape), tuple(node.inputs[1].shape), len(node.inputs),
+                   str(post))
+            decision = _measured(seen, key, what, kind, timer, lambda: _pair(node, x, g, post, rng))
         node.meta[META_KEY] = decision
         notes[node.name] = decision[1]
     return notes
@@ -384,7 +381,7 @@ def _measured(seen: dict, key: tuple, what: str, kind: str, timer, make_pair) ->
 def _choose_squeezes(graph: Graph, timer, rng, notes: dict) -> set[int]:
     """The squeeze kernel against level 2's pool and convolutions, per match_squeeze: fc2.meta[META_KEY] =
     (kept, note, "squeeze"), the note in `notes`. Returns the ids of fc1 and fc2 of kept squeezes (not
-    candidates for the other forms)."""
+    candidates for the gate form)."""
     import os
 
     mode = os.environ.get(SQUEEZE_ENV) or ("off" if os.environ.get(MODE_ENV, "measure") != "measure" else "measure")
@@ -404,7 +401,7 @@ def _choose_squeezes(graph: Graph, timer, rng, notes: dict) -> set[int]:
                    str(post2))
             decision = _measured(seen, key, what, "squeeze", timer, lambda: _squeeze_pair(got, node, rng))
         node.meta[META_KEY] = decision
-        notes[pool.name] = decision[1]  # by the pool's name: fc2 may get an "fc" note when this is dropped
+        notes[pool.name] = decision[1]  # by the pool's name (the squeeze's first node)
         if decision[0]:
             fc1.meta.pop(META_KEY, None)
             taken.update((id(fc1), id(node)))
@@ -418,9 +415,8 @@ def _post(conv: Node, post):
 
 
 def _plan(graph: Graph, f: Fusions) -> None:
-    """Export planner: a kept gate (META_KEY) absorbs its Mul into one se_gated_conv1x1 call, a kept 1x1 map
-    convolution becomes conv1x1_as_linear, a kept squeeze absorbs its pool, fc1 (and SiLU) into one se_squeeze
-    call on fc2."""
+    """Export planner: a kept gate (META_KEY) absorbs its Mul into one se_gated_conv1x1 call, a kept squeeze
+    absorbs its pool, fc1 (and SiLU) into one se_squeeze call on fc2."""
     for node in graph:
         decision = node.meta.get(META_KEY)
         if not decision or not decision[0] or id(node) in f.special or id(node) in f.skip:
@@ -430,11 +426,6 @@ def _plan(graph: Graph, f: Fusions) -> None:
             if got is not None and not any(id(n) in f.special or id(n) in f.skip for n in got[:3] if n is not None):
                 f.skip.update(id(n) for n in got[:3] if n is not None)
                 f.special[id(node)] = _squeeze_special(node, got)
-            continue
-        if decision[2] == "fc":
-            post = match_fc(node)
-            if post is not None:
-                f.special[id(node)] = _fc_special(node, _post(node, post))
             continue
         got = match(node)
         if got is None or id(got[0]) in f.special:
@@ -452,16 +443,6 @@ def _squeeze_special(fc2: Node, got):
     def lower(b, ln, n):
         return [b.call(se_squeeze, arg(b, x), arg(b, fc1.inputs[1]), arg(b, b1), arg(b, fc2.inputs[1]), arg(b, b2),
                        post1[0], list(post1[1]), post2[0], list(post2[1]))]
-    return lower
-
-
-def _fc_special(conv: Node, post):
-    bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-    attr, scalars, algorithm = post
-
-    def lower(b, ln, n):
-        return [b.call(conv1x1_as_linear, arg(b, conv.inputs[0]), arg(b, conv.inputs[1]), arg(b, bias), attr,
-                       list(scalars), algorithm)]
     return lower
 
 

@@ -76,6 +76,7 @@ def test_function_equals_pool_and_convs(layout, batch):
 
 
 def test_autograd_runs_the_torch_ops():
+    torch.manual_seed(0)  # unseeded, all three ReLU inputs could be negative: a zero gradient now and then
     x = torch.randn(2, 6, 4, 4, requires_grad=True)
     w1, w2 = torch.randn(3, 6, 1, 1), torch.randn(6, 3, 1, 1)
     before = numba_se.CALLS.count
@@ -128,4 +129,5 @@ def test_pinned_fc_form_turns_the_squeeze_off(monkeypatch):
     monkeypatch.setenv(se_gate.MODE_ENV, "on")
     monkeypatch.delenv(se_gate.SQUEEZE_ENV, raising=False)
     m = aiacc.optimize(_model(), _x(), level=3)
-    assert "se_squeeze(" not in m.code and m.code.count("conv1x1_as_linear(") == 4
+    assert "se_squeeze(" not in m.code and "conv1x1_as_linear(" not in m.code
+    assert m.code.count("adaptive_avg_pool2d(") == 2  # level 2's squeeze: the pool and the FC convolutions
