@@ -5,6 +5,7 @@ torch.save/load, and on a dimension dynamic_shapes keeps static, an aiacc ShapeE
 dimension, never a raw error from inside the graph."""
 from __future__ import annotations
 
+import copy
 import io
 import warnings
 
@@ -133,6 +134,12 @@ def test_save_and_load_keep_the_module_and_its_guard():
                                          r"hold the original model"):
         loaded(x9)
     torch.testing.assert_close(fast(x9), model(x9), rtol=1e-4, atol=1e-4)  # the live module still has it
+    twin = copy.deepcopy(fast)  # a deep copy keeps its guard and builds specializations of its own
+    with pytest.warns(AiaccWarning, match="optimizing it again"):
+        torch.testing.assert_close(twin(x9), model(x9), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ShapeError, match=r"Seq: called with x \[2, 6, 7\] \(optimized for x \[2, 6, 8\]\): "
+                                         r"optimizing the original for these shapes failed: .*fails on inputs"):
+        twin(torch.randn(2, 6, 7))  # the original does not run there either
 
 
 def test_train_mode_specializations_share_the_modules_parameters():

@@ -7,12 +7,13 @@ example it was traced at, and at other batch sizes only where verify's second-ba
 - a call at the traced shapes (any batch size where the batch is free) runs the module itself;
 - a call at other shapes runs a *specialization*: aiacc optimizes the original model again for those shapes,
   with the same options, verified on that call's inputs like the first, cached and dispatched to by shape
-  (`ShapeDispatch`, installed as the module's `_compiled_call_impl`, the hook nn.Module.__call__ takes, so the
+  (`Specializations`, installed as the module's `_compiled_call_impl`, the hook nn.Module.__call__ takes, so the
   call keeps its signature, its hooks and its return type). Each new specialization is warned once and listed
   in the pass report's `interface`; train-mode specializations share the module's parameters and buffers;
 - `max_shapes` bounds how many are built (the example's counts as one; 1 turns re-optimization off); past the
-  bound, and after torch.save/load or deepcopy (the copy does not hold the original model), a call at other
-  shapes is an aiacc ShapeError naming the input, the dimension, and the shapes the module was built for;
+  bound, and after torch.save/load (the file holds the optimized module, not the original model nor the
+  specializations), a call at other shapes is an aiacc ShapeError naming the input, the dimension, and the
+  shapes the module was built for (a deepcopy builds its own specializations again);
 - `dynamic_shapes` (torch.export's form: `torch.export.Dim` per dimension) declares which dimensions a call may
   vary: those get specializations (and a size outside a Dim's min..max is a ShapeError); a call that differs
   in any other dimension (not a free batch) is a ShapeError at once, as torch.export's program would refuse it.
@@ -171,13 +172,13 @@ class ShapeSpec:
 class ShapeHook:
     """The forward pre-hook of an optimized module: a call whose shapes its ShapeSpec does not take is an aiacc
     ShapeError, never a raw error from inside the graph or a wrong answer. Silent when the module's
-    ShapeDispatch already routed the call here. A class, not a closure, so the module still pickles."""
+    Specializations already routed the call here. A class, not a closure, so the module still pickles."""
 
     def __init__(self, spec: ShapeSpec, signature: CallSignature, model: str, why: str):
         self.spec, self.signature, self.model, self.why = spec, signature, model, why
 
     def __call__(self, module: Any, args: Any, kwargs: Any) -> None:
-        if isinstance(module.__dict__.get("_compiled_call_impl"), ShapeDispatch):
+        if isinstance(module.__dict__.get("_compiled_call_impl"), Specializations):
             return
         got = self.signature.shapes(args, kwargs)
         if not self.spec.matches(got):
@@ -185,11 +186,11 @@ class ShapeHook:
 
 
 def _dropped() -> None:
-    """What a pickled or copied ShapeDispatch becomes: nothing (the copy keeps its guard, not the original)."""
+    """What a pickled or copied Specializations becomes: nothing (the copy keeps its guard, not the original)."""
     return None
 
 
-class ShapeDispatch:
+class Specializations:
     """The call of an optimized module that has specializations: the module itself at its own shapes, else the
     specialization built for the call's shapes, else a new one (optimize of the original with the same
     options, up to `limit` in all), else a ShapeError."""
@@ -215,7 +216,7 @@ class ShapeDispatch:
         got = self.signature.shapes(args, kwargs)
         # the module's own shapes, or a call with other tensors than the example's (the module's ArgumentGuard
         # and ShapeHook then say what is wrong)
-        if set(got) != set(self.spec.shapes) or self.spec.matches(got):
+        if got == self.spec.shapes or set(got) != set(self.spec.shapes) or self.spec.matches(got):
             return module._call_impl(*args, **kwargs)
         for spec, m in self.specs:
             if spec.matches(got):
@@ -253,7 +254,13 @@ class ShapeDispatch:
         warnings.warn(f"aiacc: {self.name} called with {describe(got)} (optimized for {describe(self.spec.shapes)}"
                       f"): optimizing it again for these shapes (specialization {n} of at most {self.limit}, "
                       f"max_shapes= sets it)", AiaccWarning, stacklevel=_caller())
-        new, spec = self._build_fn(self.original, self.signature.example(args, kwargs), dict(self.options))
+        from aiacc.errors import AiaccError, first_line
+
+        try:
+            new, spec = self._build_fn(self.original, self.signature.example(args, kwargs), dict(self.options))
+        except AiaccError as e:  # the original itself does not run there, or optimize refuses those shapes
+            raise ShapeError(f"{self.name}: called with {describe(got)} (optimized for {describe(self.spec.shapes)}"
+                             f"): optimizing the original for these shapes failed: {first_line(e)}") from e
         spec.declared = self.spec.declared
         if self.options.get("mode") in ("train", "training"):
             share_state(module, new)
@@ -317,7 +324,7 @@ def declared_dims(dynamic_shapes: Any, signature: CallSignature, example: Any) -
 
 def install(out: Any, original: Any, example_inputs: Any, options: dict, limit: int, dynamic_shapes: Any,
             batch: dict, build: Any) -> Any:
-    """Put the shape guard (ShapeHook) on the optimized module `out` and, with limit > 1, its ShapeDispatch;
+    """Put the shape guard (ShapeHook) on the optimized module `out` and, with limit > 1, its Specializations;
     `batch`: what the second-batch check found ({"free": True} or {"why": ...}); `build(original, example,
     options)` -> (module, ShapeSpec) optimizes a specialization. Says what it did in the report's interface."""
     from aiacc.plugins.torch.importer import normalize_inputs
@@ -333,13 +340,14 @@ def install(out: Any, original: Any, example_inputs: Any, options: dict, limit: 
     spec = ShapeSpec(shapes, free_batch=bool(batch.get("free")), batch_why=batch.get("why", ""), declared=declared)
     name = type(original).__name__
     why = ("max_shapes=1: it is not optimized again for other shapes" if limit == 1 else
-           "this copy of the optimized module (torch.save/load, deepcopy) does not hold the original model, so it "
-           "cannot be optimized again for other shapes; optimize the original with an example of these shapes")
+           "a module loaded by torch.load does not hold the original model (torch.save keeps the optimized module "
+           "only), so it is not optimized again for other shapes; optimize the original with an example of these "
+           "shapes")
     out.register_forward_pre_hook(ShapeHook(spec, signature, name, why), with_kwargs=True)
     keep_hooks_when_pickled(out)
     report = getattr(out, "aiacc_report", None)
     if limit > 1:
-        out._compiled_call_impl = ShapeDispatch(out, original, options, limit, spec, signature, build)
+        out._compiled_call_impl = Specializations(out, original, options, limit, spec, signature, build)
     if report is not None:
         if limit > 1:
             report.interface = [line.replace("calling it with another batch size is a ShapeError",
@@ -362,6 +370,27 @@ def keep_hooks_when_pickled(module: Any) -> None:
 
     if isinstance(module, fx.GraphModule) and type(module).__qualname__.endswith("GraphModuleImpl"):
         type(module).__reduce__ = _reduce_with_hooks
+        type(module).__deepcopy__ = _deepcopy_with_hooks
+
+
+def _deepcopy_with_hooks(self: Any, memo: dict) -> Any:
+    """fx.GraphModule's deepcopy, which drops forward pre-hooks, with them copied and registered again; the copy
+    gets its own Specializations (the same original model, none built yet: they would build on the copy's
+    weights)."""
+    import copy
+
+    import torch.fx as fx
+
+    hooks = [(h, k in self._forward_pre_hooks_with_kwargs) for k, h in self._forward_pre_hooks.items()]
+    res = fx.GraphModule.__deepcopy__(self, memo)
+    if not res._forward_pre_hooks:
+        for hook, with_kwargs in hooks:
+            res.register_forward_pre_hook(copy.deepcopy(hook, memo), with_kwargs=with_kwargs)
+    calls = self.__dict__.get("_compiled_call_impl")
+    if isinstance(calls, Specializations):
+        res._compiled_call_impl = Specializations(res, calls.original, calls.options, calls.limit, calls.spec,
+                                                  calls.signature, calls._build_fn)
+    return res
 
 
 def _reduce_with_hooks(self: Any) -> tuple:
