@@ -42,7 +42,10 @@ def test_forced_off_and_measured(monkeypatch):
     fast = aiacc.optimize(net(), (x,), mode="train", framework_compile=False)
     assert not _contiguous_nodes(fast) and fast.conv.weight.is_contiguous()
     assert fast.aiacc_report["channels_last"].notes == [f"kept NCHW ({channels_last.ENV}=off)"]
-    monkeypatch.delenv(channels_last.ENV)
+    monkeypatch.delenv(channels_last.ENV)  # the default is off too: the layout is opt-in
+    fast = aiacc.optimize(net(), (x,), mode="train", framework_compile=False)
+    assert fast.aiacc_report["channels_last"].notes == [f"kept NCHW ({channels_last.ENV}=off)"]
+    monkeypatch.setenv(channels_last.ENV, "measure")
     fast = aiacc.optimize(net(), (x,), mode="train", framework_compile=False)
     (line,) = fast.aiacc_report["channels_last"].notes
     kept = line.startswith("channels_last: ")
