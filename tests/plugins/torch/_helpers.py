@@ -71,3 +71,23 @@ def assert_same_training_step(original, optimized, inputs, rtol=1e-5):
 
 def fresh(model):
     return copy.deepcopy(model)
+
+
+def conv_stack(*blocks):
+    """An eval-mode 3->8-channel stem convolution followed by `blocks`, seeded, with every BatchNorm given
+    non-trivial running statistics (so folding it is not the identity)."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), *(b() for b in blocks)).eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.1, 0.1)
+                mod.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+def image_batch(batch=2):
+    """A seeded [batch, 3, 10, 10] input for conv_stack models."""
+    return torch.randn(batch, 3, 10, 10, generator=torch.Generator().manual_seed(1))

@@ -11,6 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
+from tests.plugins.torch._helpers import conv_stack, image_batch  # noqa: E402
 from aiacc.plugins.torch import se_gate  # noqa: E402
 
 
@@ -30,18 +31,10 @@ class _SEBlock(nn.Module):
 
 
 def _model(gate=nn.Sigmoid):
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _SEBlock(gate=gate), _SEBlock(gate=gate)).eval()
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, nn.BatchNorm2d):
-                mod.running_mean.uniform_(-0.1, 0.1)
-                mod.running_var.uniform_(0.5, 1.5)
-    return m
+    return conv_stack(*[lambda: _SEBlock(gate=gate)] * 2)
 
 
-def _x(batch=2):
-    return torch.randn(batch, 3, 10, 10, generator=torch.Generator().manual_seed(1))
+_x = image_batch
 
 
 @pytest.mark.parametrize("layout", ["channels_last", "nchw"])

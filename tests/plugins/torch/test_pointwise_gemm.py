@@ -11,6 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
+from tests.plugins.torch._helpers import conv_stack, image_batch  # noqa: E402
 from aiacc.plugins.torch import pointwise  # noqa: E402
 
 _ACTS = {"none": lambda y: y, "relu": torch.relu, "swish": F.silu, "hardswish": F.hardswish,
@@ -68,18 +69,10 @@ class _Block(nn.Module):
 
 
 def _model():
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _Block(), _Block()).eval()
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, nn.BatchNorm2d):
-                mod.running_mean.uniform_(-0.1, 0.1)
-                mod.running_var.uniform_(0.5, 1.5)
-    return m
+    return conv_stack(_Block, _Block)
 
 
-def _x(batch=2):
-    return torch.randn(batch, 3, 10, 10, generator=torch.Generator().manual_seed(1))
+_x = image_batch
 
 
 def test_level3_runs_the_gemm_equal_to_level2(monkeypatch):
