@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
-from aiacc.core.comm.robust import pool_slowdowns, regret_table, robust_pick, slowdown_grid, with_slowdown
+from aiacc.core.comm.robust import SLOWDOWN_CAP, pool_slowdowns, regret_table, robust_pick, slowdown_grid, with_slowdown
 from aiacc.core.comm.strategies import aiacc_search, safe_family
 from aiacc.distributed.process import collective, local_size
 from aiacc.distributed.transport import broadcast_object
@@ -191,7 +191,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     return _CLUSTER
 
 
-CONTENTION_CAP = 10.0  # a slowdown above this is reported as this (a stream starved beside compute)
+CONTENTION_CAP = SLOWDOWN_CAP  # a slowdown above this is reported as this (a stream starved beside compute)
 PROBE_NUMEL = 1 << 18  # float32 elements of each all-reduce of the contention probe: a 1 MB bucket
 PROBE_MAX_MESSAGES = 64
 
