@@ -91,3 +91,21 @@ def conv_stack(*blocks):
 def image_batch(batch=2):
     """A seeded [batch, 3, 10, 10] input for conv_stack models."""
     return torch.randn(batch, 3, 10, 10, generator=torch.Generator().manual_seed(1))
+
+
+def assert_timed_choice(monkeypatch, model, x, call, what, count):
+    """aiacc.optimize(level=3) of `model` with the optimize-time timer faked: a candidate form 2x slower than
+    level 2's, then 2x faster. Only when faster is `call` in the exported code, and `count` of the pass's notes
+    end with `kept: {what} 0.50x` (else `dropped: {what} slower 2.00x`); outputs equal the original (1e-4)."""
+    import aiacc
+    from aiacc.plugins.torch import numba_op
+
+    for times, kept in (((2.0, 1.0), False), ((1.0, 2.0), True)):
+        monkeypatch.setattr(numba_op, "_time_pair", lambda f, u, t=times: t)  # the timer the choices read
+        m = aiacc.optimize(model, x, level=3)
+        notes = m.aiacc_report["elementwise_fusion"].notes
+        assert (call in m.code) is kept
+        want = f"kept: {what} 0.50x" if kept else f"dropped: {what} slower 2.00x"
+        assert sum(n.endswith(want) for n in notes) == count, notes
+        with torch.no_grad():
+            assert (m(x) - model(x)).abs().max().item() < 1e-4

@@ -12,7 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
-from tests.plugins.torch._helpers import conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import assert_timed_choice, conv_stack, image_batch  # noqa: E402
 from aiacc.core.runtime import numba_se  # noqa: E402
 from aiacc.plugins.torch import se_gate  # noqa: E402
 
@@ -103,18 +103,8 @@ def test_level3_runs_the_kernel_equal_to_level2(monkeypatch, act, gate):
 
 
 def test_measured_choice_keeps_only_the_faster(monkeypatch):
-    from aiacc.plugins.torch import numba_op
-
-    model, x = _model(nn.ReLU, nn.Hardsigmoid), _x(1)
-    for times, kept in (((2.0, 1.0), False), ((1.0, 2.0), True)):
-        monkeypatch.setattr(numba_op, "_time_pair", lambda f, u, t=times: t)  # the timer choose() reads
-        m = aiacc.optimize(model, x, level=3)
-        notes = m.aiacc_report["elementwise_fusion"].notes
-        assert ("se_squeeze(" in m.code) is kept
-        want = "kept: se squeeze in one numba kernel 0.50x" if kept else "dropped: se squeeze in one numba kernel slower 2.00x"
-        assert sum(n.endswith(want) for n in notes) == 2, notes
-        with torch.no_grad():
-            assert (m(x) - model(x)).abs().max().item() < 1e-4
+    assert_timed_choice(monkeypatch, _model(nn.ReLU, nn.Hardsigmoid), _x(1), "se_squeeze(",
+                        "se squeeze in one numba kernel", 2)
 
 
 def test_pinned_fc_form_turns_the_squeeze_off(monkeypatch):

@@ -11,7 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
-from tests.plugins.torch._helpers import conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import assert_timed_choice, conv_stack, image_batch  # noqa: E402
 from aiacc.plugins.torch import pointwise  # noqa: E402
 
 _ACTS = {"none": lambda y: y, "relu": torch.relu, "swish": F.silu, "hardswish": F.hardswish,
@@ -99,19 +99,8 @@ def test_level3_runs_the_gemm_equal_to_level2(monkeypatch):
 
 
 def test_measured_choice_keeps_only_the_faster(monkeypatch):
-    from aiacc.plugins.torch import numba_op
-
-    model, x = _model(), _x(1)
     monkeypatch.delenv(pointwise.MODE_ENV, raising=False)
-    for times, kept in (((2.0, 1.0), False), ((1.0, 2.0), True)):
-        monkeypatch.setattr(numba_op, "_time_pair", lambda f, u, t=times: t)  # the timer choose() reads
-        m = aiacc.optimize(model, x, level=3)
-        notes = m.aiacc_report["elementwise_fusion"].notes
-        assert ("conv1x1_gemm(" in m.code) is kept
-        want = "kept: 1x1 conv as GEMM 0.50x" if kept else "dropped: 1x1 conv as GEMM slower 2.00x"
-        assert sum(n.endswith(want) for n in notes) == 4, notes
-        with torch.no_grad():
-            assert (m(x) - model(x)).abs().max().item() < 1e-4
+    assert_timed_choice(monkeypatch, _model(), _x(1), "conv1x1_gemm(", "1x1 conv as GEMM", 4)
 
 
 def test_off_leaves_level2s_convolution(monkeypatch):
