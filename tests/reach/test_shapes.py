@@ -201,3 +201,26 @@ def test_dynamic_shapes_reach_torch_export():
     fast = _optimize(model, x, frontend="export",
                      dynamic_shapes={"input_ids": {1: seq}, "attention_mask": {1: seq}})
     _assert_same(fast, model, _tokens(model.config.vocab_size, 2, 24, 3), new=True)
+
+
+def test_a_specializations_own_fallback_is_warned_and_reported():
+    torch.manual_seed(0)
+
+    class Branch(torch.nn.Module):  # long sequences take a path with an op aiacc keeps opaque (kthvalue)
+        def forward(self, x):
+            if x.shape[1] > 8:
+                return x - torch.kthvalue(x, 2, dim=1, keepdim=True).values
+            return x * 2.0
+
+    model = Branch().eval()
+    fast = _optimize(model, (torch.randn(2, 6),))
+    assert not fast.aiacc_report.fallbacks
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = fast(torch.randn(2, 12))
+    said = [str(w.message) for w in seen if issubclass(w.category, AiaccWarning)]
+    assert any("specialization 2 (x [2, 12])" in m and "kthvalue" in m for m in said), said
+    assert any("kthvalue" in f for f in fast.aiacc_report.fallbacks), fast.aiacc_report.fallbacks
+    x = torch.randn(2, 12)
+    torch.testing.assert_close(fast(x), model(x))
+    assert got.shape == (2, 12)

@@ -266,11 +266,23 @@ class Specializations:
             share_state(module, new)
         self.specs.append((spec, new))
         report = getattr(module, "aiacc_report", None)
+        _report_new_fallbacks(report, getattr(new, "aiacc_report", None), f"specialization {n} ({describe(got)})")
         if report is not None:
             report.shapes = list(getattr(report, "shapes", None) or []) + [
                 f"specialization {n} built at the first call with {describe(got)} (optimized again with the same "
                 f"options{', verified on that call' if self.options.get('verify', True) else ''})"]
         return new
+
+
+def _report_new_fallbacks(report: Any, built: Any, what: str) -> None:
+    """Warn and list in `report` what a specialization's optimize did less than asked that the first optimize
+    did not (its own warnings were silenced so the first optimize's are not repeated for every shape)."""
+    if report is None or built is None:
+        return
+    extra = [f for f in (built.fallbacks or []) if f not in (report.fallbacks or [])]
+    for line in extra:
+        warnings.warn(f"aiacc: {what}: {line}", AiaccWarning, stacklevel=_caller())
+    report.fallbacks = list(report.fallbacks or []) + extra
 
 
 def share_state(module: Any, new: Any) -> None:
