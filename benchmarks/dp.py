@@ -65,6 +65,7 @@ all-reduce's summation order depends on the bucket layout (tests/distributed/tes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -538,6 +539,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                 report["f64"][name][label] = max(float((p.detach().double() - ref64[n]).abs().max())
                                                  for n, p in m.named_parameters())
             rows[label] = {"times": times[label], "predicted": pred, "lower_bound": lb,
+                           # the plan as run (with the spec and cluster below: the row replays offline)
+                           "plan": dataclasses.asdict(plan) if plan is not None else None,
                            "lower_bound_no_contention": lb0, "param_diff": diff, **steady,
                            "buckets": len(plan.buckets) if plan is not None else 0,
                            "sync": plan.params.get("sync") if plan is not None else None,
@@ -545,6 +548,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
         report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
                                   "rows": rows, "ddp_best_mb": best,
+                                  "spec": dataclasses.asdict(spec), "cluster": dataclasses.asdict(cluster),
                                   "contention": (cluster.compute_slowdown, cluster.comm_slowdown),
                                   "contention_range": cluster.compute_slowdown_range,
                                   "contention_estimates": cluster.slowdown_estimates, "contention_probe": probed,
@@ -564,7 +568,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                                                           parse_rate(rate)[1] if rate and rate != "loopback" else None)
         del cands
     if rank == 0:
-        Path(out).write_text(json.dumps(report))
+        Path(out).write_text(json.dumps(report, default=str))
     dist.barrier()
     hvd.shutdown()
 

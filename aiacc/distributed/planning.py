@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
+from aiacc.core.comm.contention import reference_slowdown
 from aiacc.core.comm.robust import SLOWDOWN_CAP, pool_slowdowns, regret_table, robust_pick, slowdown_grid, with_slowdown
 from aiacc.core.comm.strategies import aiacc_search, safe_family
 from aiacc.distributed.process import collective, local_size
@@ -28,6 +29,8 @@ FALLBACK_MARGIN = 0.03  # the predicted gain aiacc's own plan needs over DDP-lik
 CALIBRATION_SIZES = (1, 1 << 8, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _SAMPLES: list[tuple[int, float]] = []
 _SAMPLES16: list[tuple[int, float]] = []
+_CPU: list[tuple[int, float]] = []  # (bytes, CPU seconds of this process per message) of the same batches
+_CPU16: list[tuple[int, float]] = []
 BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyond a tbf burst / TCP window)
 FP16_MIN_NUMEL = 1 << 8  # fp16 samples from 256 elements up (the sizes of buckets an fp16 plan sends)
 
@@ -98,9 +101,12 @@ def cluster_from_fit(latency: float, coef: float, world: int, nodes: int) -> Clu
                        intra_bandwidth=bw, intra_latency=lat)
 
 
-def measurements(dtype: str = "float32") -> list[tuple[int, float]]:
+def measurements(dtype: str = "float32", what: str = "wall") -> list[tuple[int, float]]:
     """The (bytes, seconds) all-reduce times `calibrate` measured (rank 0's) of float32 or "float16"
-    payloads, empty before or when skipped."""
+    payloads (what="cpu": the process's CPU seconds per message of the same batches), empty before or
+    when skipped."""
+    if what == "cpu":
+        return list(_CPU16 if dtype == "float16" else _CPU)
     return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
 
 
@@ -120,9 +126,12 @@ def calibration_sizes(up_to_bytes: float | None = None, sizes: Sequence[int] = C
     return tuple(out)
 
 
-def _timed_allreduce(n: int, reps: int, dtype=None) -> float:
-    """Seconds per all-reduce of `n` elements of `dtype` (float32 by default) in a stream: the median over
-    `reps` batches (fewer for messages above 1 MB) of the mean of back-to-back all-reduces after a barrier."""
+def _timed_allreduce(n: int, reps: int, dtype=None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) per all-reduce of `n` elements of `dtype` (float32 by
+    default) in a stream: the medians over `reps` batches (fewer for messages above 1 MB) of the mean of
+    back-to-back all-reduces after a barrier. The CPU time (time.process_time: every thread, user and
+    system, so gloo's threads and the kernel's TCP work done in the process) is what a message takes from
+    compute where they share a core (aiacc.core.comm.contention)."""
     t = torch.zeros(n, dtype=dtype or torch.float32)
     if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
         collective("calibration all-reduce", lambda: dist.all_reduce(t))
@@ -130,16 +139,17 @@ def _timed_allreduce(n: int, reps: int, dtype=None) -> float:
     # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
     # stream, so each batch carries at least BATCH_BYTES (up to BATCH_MAX_MESSAGES): the mean of each batch,
     # the median over batches
-    times = []
+    times, cpus = [], []
     nbytes = t.element_size() * n
     k = batch_messages(nbytes)
     for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
         collective("calibration barrier", dist.barrier)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(k):
             collective("calibration all-reduce", lambda: dist.all_reduce(t))
         times.append((time.perf_counter() - t0) / k)
-    return float(np.median(times))
+        cpus.append((time.process_time() - c0) / k)
+    return float(np.median(times)), float(np.median(cpus))
 
 
 def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
@@ -150,7 +160,9 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     as the cluster's `allreduce_samples` (the cost model interpolates them), with the least-squares
     alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
     ranks per node); the same in float16 from FP16_MIN_NUMEL elements up (`allreduce_samples_fp16`, for
-    fp16 compression); the idle wire time a token-bucket link banks (`banked_time`, the ClusterSpec's
+    fp16 compression); the process's CPU seconds per message of the same batches
+    (`allreduce_cpu_samples`, `..._fp16`: how the contention depends on a message's size and dtype,
+    aiacc.core.comm.contention); the idle wire time a token-bucket link banks (`banked_time`, the ClusterSpec's
     banked_s); and the contention of compute and communication (`measure_contention`, with a generic
     workload; `probe_contention` re-measures it with the model's own). Rank
     0's measurement is shared by all ranks so that their plans agree. AIACC_NETWORK_GBPS=<Gb/s> skips
@@ -171,23 +183,32 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
         _CLUSTER = ClusterSpec(nodes=nodes, workers_per_node=per, inter_bandwidth=gbps * 1e9 / 8)
         return _CLUSTER
     new = [n for n in want if 4 * n not in have]
-    samples = [(4 * n, _timed_allreduce(n, reps)) for n in new]
+    timed = [(4 * n, _timed_allreduce(n, reps)) for n in new]
     # fp16 payloads (compression): gloo sums float16 on the CPU at its own rate per byte
-    samples16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
+    timed16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
+    probe_numel = min(PROBE_NUMEL, max(want))
     if _CLUSTER is None:  # probe messages no larger than the largest calibrated one (the plans' buckets)
-        slowdowns = measure_contention(numel=min(PROBE_NUMEL, max(want)), reps=max(2, min(3, reps)))
+        slowdowns = measure_contention(numel=probe_numel, reps=max(2, min(3, reps)))
     else:
-        slowdowns = (_CLUSTER.compute_slowdown, _CLUSTER.comm_slowdown)
-    samples, samples16 = broadcast_object((samples, samples16), 0, "calibration")
-    _SAMPLES[:] = sorted(_SAMPLES + samples)
-    _SAMPLES16[:] = sorted(_SAMPLES16 + samples16)
+        slowdowns = None
+    timed, timed16 = broadcast_object((timed, timed16), 0, "calibration")
+    _SAMPLES[:] = sorted(_SAMPLES + [(b, w) for b, (w, _) in timed])
+    _SAMPLES16[:] = sorted(_SAMPLES16 + [(b, w) for b, (w, _) in timed16])
+    _CPU[:] = sorted(_CPU + [(b, c) for b, (_, c) in timed])
+    _CPU16[:] = sorted(_CPU16 + [(b, c) for b, (_, c) in timed16])
     samples, samples16 = list(_SAMPLES), list(_SAMPLES16)
     lat, coef = fit_alpha_beta(samples)
-    _CLUSTER = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), compute_slowdown=slowdowns[0],
-                                   comm_slowdown=slowdowns[1], banked_s=banked_time(samples),
-                                   allreduce_samples=tuple((float(b), float(t)) for b, t in samples),
-                                   allreduce_samples_fp16=tuple((float(b), float(t)) for b, t in samples16)
-                                   if len(samples16) >= 2 else None)
+    pairs = lambda pts: tuple((float(b), float(t)) for b, t in pts) if len({b for b, _ in pts}) >= 2 else None
+    cluster = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), banked_s=banked_time(samples),
+                                  allreduce_samples=pairs(samples), allreduce_samples_fp16=pairs(samples16),
+                                  allreduce_cpu_samples=pairs(_CPU), allreduce_cpu_samples_fp16=pairs(_CPU16))
+    if slowdowns is None:  # a later call: the contention measured first is kept
+        cs, ns = _CLUSTER.compute_slowdown, _CLUSTER.comm_slowdown
+        cluster = dataclasses.replace(cluster, slowdown_estimates=_CLUSTER.slowdown_estimates,
+                                      compute_slowdown_range=_CLUSTER.compute_slowdown_range)
+    else:  # the probe's messages' slowdown, in the units of the cluster's (1 MB float32 messages)
+        cs, ns = reference_slowdown(cluster, slowdowns[0], 4 * probe_numel), slowdowns[1]
+    _CLUSTER = dataclasses.replace(cluster, compute_slowdown=cs, comm_slowdown=ns)
     return _CLUSTER
 
 
@@ -312,7 +333,8 @@ def probe_contention(workload, *, numel: int = PROBE_NUMEL, reps: int = 5) -> Cl
     if dist.get_world_size() == 1 or not cluster.allreduce_samples:
         return cluster  # nothing measured to compete with (an assumed network: AIACC_NETWORK_GBPS)
     cs, ns = measure_contention(workload, numel=numel, reps=reps)
-    return add_slowdown_estimates([cs], comm_slowdown=ns)
+    # in the units of the cluster's compute_slowdown (1 MB float32 messages: aiacc.core.comm.contention)
+    return add_slowdown_estimates([reference_slowdown(cluster, cs, 4 * numel)], comm_slowdown=ns)
 
 
 def current_cluster() -> ClusterSpec | None:
@@ -353,6 +375,29 @@ def reset_contention() -> ClusterSpec | None:
 ROBUST_SPREAD = 0.10  # a compute-slowdown range wider than this (high / low - 1) makes the choice robust
 
 
+def ddp_default_index(plans: Sequence[Plan]) -> int | None:
+    """Index of DDP's default bucketing (DDP_DEFAULT_MB buckets, from `safe_family`) among `plans`."""
+    from aiacc.core.comm.strategies import DDP_DEFAULT_MB, MB
+
+    return next((i for i, p in enumerate(plans) if p.params.get("from") == "ddp"
+                 and p.params.get("bucket_cap") == DDP_DEFAULT_MB * MB), None)
+
+
+def clearly_faster(times: np.ndarray, default_times: np.ndarray, point: int, cluster: ClusterSpec,
+                   margin: float) -> bool:
+    """Whether a plan whose predicted steps over the slowdown grid are `times` may run instead of DDP's
+    default (`default_times`): faster at the point estimate (index `point`) by the fallback's required
+    gain (the margin of the step, one message's latency, the link's banked idle time) and no slower at
+    any slowdown of the grid. Where compute is the bottleneck every plan predicts about the same step,
+    and what runs is then DDP's own plan (a prediction's error there is as large as the differences)."""
+    from aiacc.core.comm import CostModel
+    from aiacc.core.comm.strategies import _required_gain
+
+    lat = CostModel(cluster).bound_terms().latency
+    need = _required_gain(float(default_times[point]), lat, margin, cluster.banked_s)
+    return bool(default_times[point] - times[point] > need and np.all(times <= default_times + 1e-12))
+
+
 def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "none", sync: str = "step",
                   margin: float = 0.0):
     """(plan, its result at the point estimate) of aiacc's search made robust to the uncertainty of the
@@ -361,7 +406,8 @@ def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     (`slowdown_grid`); those plans and the safe plans (`safe_family`: DDP's bucket sweep, Horovod's fusion
     after backward) are simulated at every point of the grid, and the one with the least worst-case regret
     (`robust_pick`) runs, unless its regret is within `margin` of the point estimate's plan, which then
-    runs (the plan's params say so: "robust"). Elsewhere: `aiacc_search` at the point estimate."""
+    runs; either must be `clearly_faster` than DDP's default bucketing, else that runs (the plan's params
+    say so: "robust"). Elsewhere: `aiacc_search` at the point estimate."""
     grid = slowdown_grid(cluster)
     point = aiacc_search(spec, with_slowdown(cluster, cluster.compute_slowdown), compression=compression,
                          sync=sync, fallback_margin=margin)[:2]
@@ -383,9 +429,16 @@ def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     pick = robust_pick(times, prefer=(0,))
     if regret[0] - regret[pick] <= margin:
         pick = 0
+    note = ""
+    default = ddp_default_index(unique)
+    if default is not None and pick != default and margin > 0 and \
+            not clearly_faster(times[pick], times[default], grid.index(cluster.compute_slowdown), cluster, margin):
+        note = (f"; DDP's default bucketing kept: the robust pick ({len(unique[pick].buckets)} buckets) is not "
+                f"{margin:.0%} faster than it at the point estimate and no slower anywhere on the range")
+        pick = default
     chosen = unique[pick]
     note = (f"robust over compute slowdown {rng[0]:.2f}-{rng[1]:.2f} (point {cluster.compute_slowdown:.2f}): "
-            f"worst-case regret {regret[pick]:.3f} vs {regret[0]:.3f} for the point estimate's plan")
+            f"worst-case regret {regret[pick]:.3f} vs {regret[0]:.3f} for the point estimate's plan" + note)
     chosen = dataclasses.replace(chosen, notes=(chosen.notes + "; " if chosen.notes else "") + note,
                                  params={**chosen.params, "robust": {"grid": list(grid),
                                                                      "regret": float(regret[pick]),

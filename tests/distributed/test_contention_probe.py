@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 from aiacc.core.comm import ClusterSpec, CommError, CostModel, Layer, ModelSpec, lower_bound, make_plan, simulate  # noqa: E402
 from aiacc.core.comm.cost import Linear, LinearCost  # noqa: E402
 from aiacc.core.comm.plan import Bucket, Piece, Plan  # noqa: E402
+from aiacc.core.comm.contention import reference_slowdown  # noqa: E402
 from aiacc.core.comm.simulate import contention_floor  # noqa: E402
 from aiacc.core.comm.spec import GradientSpec  # noqa: E402
 from aiacc.distributed import planning  # noqa: E402
@@ -187,7 +188,7 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
 
     def fake_time(n, reps, dtype=None):
         timed.append((n, dtype))
-        return 1e-3 + 8e-9 * 4 * n
+        return 1e-3 + 8e-9 * 4 * n, 2e-4 + 1e-9 * 4 * n
 
     def fake_probe(workload=None, *, numel, reps):
         probes.append(numel)
@@ -203,5 +204,11 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     big = planning.calibrate(reps=2, up_to_bytes=1 << 20)  # a larger model: only the missing sizes
     assert [n for n, d in timed[5:] if d is None] == [1 << 14, 1 << 16, 1 << 18]
     assert [b for b, _ in big.allreduce_samples] == [4 * n for n in planning.calibration_sizes(1 << 20)]
-    assert (big.compute_slowdown, big.comm_slowdown) == (1.3, 1.1) and probes == [1 << 12]  # kept
+    assert (big.compute_slowdown, big.comm_slowdown) == (small.compute_slowdown, 1.1) and probes == [1 << 12]  # kept
+    # the probe's 16 KB messages take a larger share of the core than 1 MB ones (the per-message CPU term):
+    # its 1.3 is kept in the units of 1 MB float32 messages (aiacc.core.comm.contention), so lower
+    assert small.compute_slowdown == pytest.approx(reference_slowdown(small, 1.3, 4 << 12))
+    assert 1.0 < small.compute_slowdown < 1.3
+    assert [b for b, _ in big.allreduce_cpu_samples] == [b for b, _ in big.allreduce_samples]
+    assert big.allreduce_cpu_samples[0][1] == pytest.approx(2e-4 + 4e-9)
     assert big.allreduce_samples_fp16[0][0] == 2 * (1 << 8)

@@ -254,3 +254,31 @@ def test_profiled_steps_measure_contention_and_feed_the_plan_on_two_ranks(tmp_pa
     for n, p in model.named_parameters():
         np.testing.assert_array_equal(np.array(r0["params"][n]), np.array(r1["params"][n]))
         np.testing.assert_allclose(np.array(r0["params"][n]), p.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_robust_choice_keeps_ddps_default_unless_clearly_faster(fake_job, monkeypatch):
+    # compute-bound (10 Gbit/s, 24 MB of gradients, 240 ms of backward): the least-regret plan (DDP-like
+    # 10 MB buckets) is predicted under 3% faster than DDP's default, within the model's error: DDP's own
+    # default bucketing runs
+    fast = dataclasses.replace(_cluster(rate=1.25e9), compute_slowdown=1.5, compute_slowdown_range=(1.2, 2.2),
+                               slowdown_estimates=(1.2, 1.5, 2.2))
+    spec = _spec(bwd=0.02)
+    with monkeypatch.context() as m:  # without the guard the robust pick is another plan
+        m.setattr(planning, "clearly_faster", lambda *a: True)
+        other, _ = planning.robust_search(spec, fast, sync="step", margin=planning.FALLBACK_MARGIN)
+    assert other.params.get("bucket_cap") != DDP_DEFAULT_MB * MB
+    plan, _ = planning.robust_search(spec, fast, sync="step", margin=planning.FALLBACK_MARGIN)
+    assert plan.params.get("from") == "ddp" and plan.params.get("bucket_cap") == DDP_DEFAULT_MB * MB, plan.notes
+    assert "DDP's default bucketing kept" in plan.notes
+    # link-bound (1 Gbit/s, 24 MB of gradients): a plan faster than DDP's default at every slowdown of
+    # the range, by more than the margin at the point estimate, runs
+    slow = dataclasses.replace(fake_job, compute_slowdown=1.5, compute_slowdown_range=(1.2, 2.2),
+                               slowdown_estimates=(1.2, 1.5, 2.2))
+    spec = _spec()
+    plan, _ = planning.robust_search(spec, slow, sync="step", margin=planning.FALLBACK_MARGIN)
+    grid = slowdown_grid(slow)
+    default = ddp(spec, slow, bucket_cap=DDP_DEFAULT_MB * MB)
+    t = regret_table(spec, slow, [plan, default], grid, sync="step")
+    assert plan.buckets != default.buckets
+    assert planning.clearly_faster(t[0], t[1], grid.index(1.5), slow, planning.FALLBACK_MARGIN)
+    assert not planning.clearly_faster(t[1], t[1], grid.index(1.5), slow, planning.FALLBACK_MARGIN)

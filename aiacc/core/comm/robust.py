@@ -24,7 +24,7 @@ from aiacc.core.comm.plan import Plan
 from aiacc.core.comm.simulate import simulate
 from aiacc.core.comm.spec import ClusterSpec, ModelSpec
 
-SLOWDOWN_CAP = 10.0  # the largest slowdown any estimate reports (also the probe's: planning.CONTENTION_CAP)
+from aiacc.core.comm.contention import SLOWDOWN_CAP  # noqa: F401 (the largest slowdown any estimate reports)
 MIN_SENSITIVITY = 0.15  # a step whose simulated backward moves less than this fraction over [1, cap] tells
 # nothing that the load of the moment (5-10% between steps on a shared core) would not swamp
 

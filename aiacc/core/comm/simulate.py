@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from aiacc.core.comm.contention import message_slowdowns, slowdown_range
 from aiacc.core.comm.cost import CostModel, LinearCost, concave_minorant
 from aiacc.core.comm.errors import CommError
 from aiacc.core.comm.plan import Plan
@@ -120,16 +121,19 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
 
 def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel, sync: str) -> SimResult:
     """`simulate` where compute and communication share the cores: an event-driven timeline in which
-    compute runs `cluster.compute_slowdown` times slower while an all-reduce is in flight, and an
+    compute runs slower while an all-reduce is in flight (by `cluster.compute_slowdown`, or, where the
+    cluster has measured CPU samples, by that message's own slowdown for its size and wire dtype:
+    aiacc.core.comm.contention.message_slowdowns), and an
     all-reduce `cluster.comm_slowdown` times slower while compute runs. The compute lane runs backward
     (last layer first), then the next forward, each forward layer once its gradients (sync "layer") or
     all gradients (sync "step") are all-reduced; the network runs one bucket at a time as in `simulate`."""
-    cs, ns = cluster.compute_slowdown, cluster.comm_slowdown
+    ns = cluster.comm_slowdown
     L = len(model.layers)
     tasks = [("backward", i) for i in range(L - 1, -1, -1)] + [("forward", i) for i in range(L)]
     nb = len(plan.buckets)
     wire = plan.wire_bytes(model)
     dur = [float(cost.time(n)) for n in wire]
+    cs_of = message_slowdowns(cluster, wire, plan.compression, cost)  # compute's slowdown beside each message
     grads_of = [[g.name for g in l.grads] for l in model.layers]
     missing = [len({p.grad for p in b.pieces}) for b in plan.buckets]  # gradients a bucket still waits for
     holders: dict[str, list[int]] = {}
@@ -174,7 +178,7 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
                 net, n_left, n_start = k, dur[k], t
                 started[k] = True
                 order.append(k)
-        c_rate = 1.0 / cs if net is not None else 1.0
+        c_rate = 1.0 / cs_of[net] if net is not None else 1.0
         n_rate = 1.0 / ns if c_left is not None else 1.0
         steps = []
         if c_left is not None:
@@ -223,7 +227,10 @@ def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | N
     Split the iteration into time with both lanes busy (T_o), compute alone (T_c), network alone (T_n)
     and neither. Compute does its C = forward + backward seconds of work: T_c + T_o / cs = C; the network
     its messages' W seconds: T_n + T_o / ns = W. So T >= C + W - k T_o with k = 1/cs + 1/ns - 1, and
-    T_o <= min(cs C, ns W): T >= C + W - max(0, k) min(cs C, ns W), which does not decrease with W, so
+    T_o <= min(cs C, ns W). Where each message has its own slowdown (aiacc.core.comm.contention), cs is
+    the smallest of any message of at most all the bytes (compute gets at most 1/cs of a core in any
+    overlapped second) and the cs of T_o <= cs C the largest (`contention.slowdown_range`):
+    T >= C + W - max(0, k) min(cs C, ns W), which does not decrease with W, so
     W may be replaced by a bound on it: every set of messages carrying all N bytes costs at least c(N)
     on a concave cost with c(0) >= 0 (subadditive; on measured costs each of `CostModel.bound_lines`
     at N, whose latency is not negative). With the network shorter than compute that is
@@ -254,9 +261,12 @@ def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | N
             return max(float(line(nbytes)) for line in cost.bound_lines())
         return float(concave_minorant(cost).time(nbytes)) if isinstance(cost, CostModel) else float(cost.time(nbytes))
     w, w0 = least(total), least(first)
-    cs, ns = cluster.compute_slowdown, cluster.comm_slowdown
+    # per-message slowdowns (measured CPU samples): the least any message of these bytes causes is what
+    # every overlapped second costs at least; the most bounds how long compute can overlap
+    cs, cs_max = slowdown_range(cluster, total, compression, cost if isinstance(cost, CostModel) else None)
+    ns = cluster.comm_slowdown
     k = 1.0 / cs + 1.0 / ns - 1.0
-    floor = compute + w - max(0.0, k) * min(cs * compute, ns * w)
+    floor = compute + w - max(0.0, k) * min(cs_max * compute, ns * w)
     a = ns * (1.0 - 1.0 / cs)
     if a <= 1.0:
         floor = max(floor, compute + a * w + (1.0 - a) * w0)

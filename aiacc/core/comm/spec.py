@@ -126,6 +126,10 @@ class ClusterSpec:
     across it (`robust_pick`). None: the point estimate alone. `slowdown_estimates`: the model-specific
     compute-slowdown estimates that point estimate and range were pooled from (probes beside the model's
     own forward + backward, and the engine's own profiled steps), in the order measured.
+
+    `allreduce_cpu_samples` (`..._fp16`): measured (bytes, CPU seconds of the process per message) of the
+    same all-reduces: with them the compute slowdown depends on each message's size and wire dtype
+    (aiacc.core.comm.contention: `compute_slowdown` is then the slowdown beside 1 MB float32 messages).
     """
 
     nodes: int
@@ -141,6 +145,8 @@ class ClusterSpec:
     banked_s: float = 0.0
     compute_slowdown_range: tuple[float, float] | None = None
     slowdown_estimates: tuple[float, ...] = ()
+    allreduce_cpu_samples: tuple[tuple[float, float], ...] | None = None
+    allreduce_cpu_samples_fp16: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -152,7 +158,7 @@ class ClusterSpec:
         for k in ("inter_latency", "intra_latency"):
             if getattr(self, k) < 0:
                 raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
-        for k in ("allreduce_samples", "allreduce_samples_fp16"):
+        for k in ("allreduce_samples", "allreduce_samples_fp16", "allreduce_cpu_samples", "allreduce_cpu_samples_fp16"):
             pts = getattr(self, k)
             if pts is not None and (len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts)):
                 raise CommError(f"cluster {k} need at least 2 distinct non-negative "
