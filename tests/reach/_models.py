@@ -233,8 +233,10 @@ _COMMON = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, 
 
 
 @_seeded
-def hf_model(name, batch=2, seq=16, with_mask=True):
-    """A transformers model from a tiny config with random weights; inputs as a dict of keywords."""
+def hf_model(name, batch=2, seq=16, with_mask=True, cache=False, attn="eager"):
+    """A transformers model from a tiny config with random weights; inputs as a dict of keywords. `cache`:
+    keep the config's use_cache (True for generative models: the output carries a DynamicCache); `attn`:
+    the attention implementation (None: transformers' default, sdpa)."""
     tr = transformers()
     model_cls, config_cls, extra, kind = (*_HF[name], "ids") if name in _HF else _HF_MORE[name]
     config_cls = getattr(tr, config_cls)
@@ -244,12 +246,12 @@ def hf_model(name, batch=2, seq=16, with_mask=True):
     if "bos_token_id" in accepted:  # token ids inside the tiny vocabulary
         kwargs.update(bos_token_id=1, eos_token_id=2, pad_token_id=0)
     config = config_cls(**kwargs)
-    # inference without a key/value cache: the cache objects (DynamicCache) are generate()'s state, which
-    # aiacc does not translate (out of scope, see issue 21)
-    if hasattr(config, "use_cache"):
+    # by default without a key/value cache (the sweep's configs); a returned DynamicCache is rebuilt by aiacc,
+    # but passing one back in (generate()'s state) is refused (out of scope, see issue 21)
+    if hasattr(config, "use_cache") and not cache:
         config.use_cache = False
-    if hasattr(config, "_attn_implementation"):
-        config._attn_implementation = "eager"
+    if hasattr(config, "_attn_implementation") and attn is not None:
+        config._attn_implementation = attn
     cls_name, _, part = model_cls.partition(".")
     model = getattr(tr, cls_name)(config)
     if part:

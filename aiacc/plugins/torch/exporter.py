@@ -47,6 +47,18 @@ def _leaves(x: Any) -> list:
     return pytree.tree_leaves(x)
 
 
+class OutputStructure(nn.Module):
+    """The forward's return structure rebuilt from the optimized graph's flat outputs (`spec`: their pytree
+    spec, a transformers ModelOutput's or an OrderedDict's)."""
+
+    def __init__(self, spec: Any):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, *flat: Any) -> Any:
+        return pytree.tree_unflatten(list(flat), self.spec)
+
+
 class LNode:
     """What a lowering sees of one IR node: op, attributes (schema defaults filled in), its inputs as fx
     arguments (created on first use, so a constant read as a Python number costs no buffer) and, where
@@ -270,10 +282,12 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
         if _plain_spec(spec):
             result = pytree.tree_unflatten(flat, spec)
         else:
-            # a returned dataclass or dict subclass (transformers' ModelOutput, OrderedDict): fx would write it
-            # as a plain dict, so the forward rebuilds it from its tree spec (an attribute of the module)
-            b.root.aiacc_output_spec = spec
-            result = b.call(pytree.tree_unflatten, flat, b.fx.get_attr("aiacc_output_spec"))
+            # a returned dataclass or dict subclass (transformers' ModelOutput, OrderedDict, a DynamicCache in
+            # it): fx would write it as a plain dict, so the forward rebuilds it from its tree spec, in a
+            # submodule: torch.load re-traces the saved code with every submodule a leaf, where a function
+            # call would run on proxies and be recorded as the plain dict again
+            b.root.add_module("aiacc_output", OutputStructure(spec))
+            result = b.fx.call_module("aiacc_output", tuple(flat))
     b.fx.output(result)
     b.fx.lint()
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())

@@ -2,6 +2,7 @@
 cat, slicing, item assignment, pixel shuffle, ...)."""
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
@@ -201,8 +202,16 @@ def _squeeze(imp, x, dim=None):
 @FUNCTIONS.register(torch.cat, torch.concat, torch.concatenate)
 def _cat(imp, tensors, dim=0, axis=None):
     tensors = [tensor(t) for t in tensors]
-    if len({t.dtype for t in tensors}) > 1:
-        raise Untranslatable("inputs of different dtypes")
+    # torch's legacy rule: a 1-d empty tensor is skipped beside tensors of another rank (transformers'
+    # DynamicLayer starts its key/value cache as torch.tensor([]) and concatenates the states onto it)
+    kept = [t for t in tensors if not (t.shape == (0,) and any(rank(o) != 1 for o in tensors))]
+    tensors = kept or tensors[:1]
+    if len(tensors) == 1:
+        return tensors[0]
+    if len({t.dtype for t in tensors}) > 1:  # torch promotes the inputs to their common dtype
+        common = functools.reduce(torch.promote_types, [getattr(torch, t.dtype) for t in tensors])
+        name = str(common).replace("torch.", "")
+        tensors = [t if t.dtype == name else imp.op("Cast", t, to=name) for t in tensors]
     return imp.op("Concat", *tensors, axis=norm_axis(dim if axis is None else axis, rank(tensors[0])))
 
 
