@@ -283,7 +283,8 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
     and returns {node name: note} ("kept: numba 0.41x", "kept: conv epilogue swish 0.80x", "dropped:
     slower 1.30x", "dropped: ..." when it cannot run). After the level-3 pass (graph.meta["elementwise_fusion"])
     it also runs se_gate.choose (squeeze-excite's squeeze as one numba kernel, its gate in the projection GEMM)
-    and then pointwise.choose (the other 1x1 convolutions as one GEMM) and returns their notes too.
+    and then pointwise.choose (the other 1x1 convolutions as one GEMM) and numba_op_depthwise.choose (depthwise
+    convolutions as one numba kernel) and returns their notes too.
     `timer(fused, unfused) -> (s, s)` replaces the timing (tests)."""
     import os
 
@@ -349,10 +350,12 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
             node.meta.pop(META_KEY + ".form", None)
         notes[node.name] = decision[1]
     if graph.meta.get("elementwise_fusion"):  # level 3: squeeze-excite's gate folded into the GEMM, measured too
+        from aiacc.plugins.torch.numba_op_depthwise import choose as choose_depthwise
         from aiacc.plugins.torch.pointwise import choose as choose_gemms
         from aiacc.plugins.torch.se_gate import choose as choose_se_gates
 
         notes.update(choose_se_gates(graph))
-        for name, note in choose_gemms(graph).items():  # 1x1 convolutions as one GEMM, after se_gate's choice
-            notes[name] = f"{notes[name]}; {note}" if name in notes else note
+        for choice in (choose_gemms, choose_depthwise):  # 1x1 convolutions as one GEMM, after se_gate's choice;
+            for name, note in choice(graph).items():  # depthwise convolutions as one numba kernel
+                notes[name] = f"{notes[name]}; {note}" if name in notes else note
     return notes
