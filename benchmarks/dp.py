@@ -549,6 +549,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
                                   "rows": rows, "ddp_best_mb": best,
                                   "spec": dataclasses.asdict(spec), "cluster": dataclasses.asdict(cluster),
+                                  "block": block,
                                   "contention": (cluster.compute_slowdown, cluster.comm_slowdown),
                                   "contention_range": cluster.compute_slowdown_range,
                                   "contention_estimates": cluster.slowdown_estimates, "contention_probe": probed,
@@ -638,6 +639,47 @@ def table(reports: dict[str, dict]):
     return t
 
 
+def _tuples(x):
+    """JSON lists back to the nested tuples the frozen specs hold."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+def replay(path: str) -> list[dict]:
+    """Re-predict every stored row of a --json report offline with the current simulator and bound: each
+    row's plan, the model spec and the pooled cluster it was predicted with (stored by the worker), its
+    measured median; [{rate, model, label, measured, predicted (stored), replayed, lower_bound}]."""
+    from aiacc.core.comm import Bucket, ClusterSpec, GradientSpec, Layer, ModelSpec, Piece, Plan, lower_bound, simulate
+
+    out = []
+    for rate, rep in json.loads(Path(path).read_text()).items():
+        for name, m in rep["models"].items():
+            if "spec" not in m:
+                raise SystemExit(f"{path}: {rate} {name} has no stored spec (a report from before dp.py stored it)")
+            c = m["cluster"]
+            cluster = ClusterSpec(**{k: _tuples(v) for k, v in c.items()})
+            spec = ModelSpec(m["spec"]["name"], tuple(
+                Layer(l["name"], l["forward_s"], l["backward_s"],
+                      tuple(GradientSpec(g["name"], g["numel"], g["dtype"], _tuples(g["shape"])) for g in l["grads"]))
+                for l in m["spec"]["layers"]))
+            block = m.get("block", 1)
+            for label, r in m["rows"].items():
+                if not r.get("plan"):
+                    continue
+                p = r["plan"]
+                plan = Plan(p["strategy"], tuple(Bucket(tuple(Piece(**x) for x in b["pieces"]), b["priority"],
+                                                        b["not_before"]) for b in p["buckets"]),
+                            p["scheduling"], p["compression"], p["notes"], p["params"])
+                sync = (r.get("sync") or "step") if label.startswith("aiacc") else "step"
+                it = simulate(spec, cluster, plan, validate=False, sync=sync).iteration_s
+                it_step = simulate(spec, cluster, plan, validate=False, sync="step").iteration_s
+                lb = ((block - 1) * lower_bound(spec, cluster, compression=plan.compression, contention=True)
+                      + lower_bound(spec, cluster, compression=plan.compression, sync="step", contention=True)) / block
+                out.append({"rate": rate, "model": name, "label": label, "measured": statistics.median(r["times"]),
+                            "predicted": r["predicted"], "replayed": ((block - 1) * it + it_step) / block,
+                            "lower_bound": lb})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke test: 1 Gbit/s, 2 steps, no sweep")
@@ -661,6 +703,8 @@ def main() -> None:
                     "on one process): is a difference between candidates rounding?")
     ap.add_argument("--calibration-reps", type=int, default=5, help="timed batches per all-reduce size when "
                     "calibrating the network (aiacc.distributed.planning.calibrate)")
+    ap.add_argument("--replay", metavar="JSON", help="re-predict the rows of a --json report offline with the "
+                    "current simulator and bound (no testbed)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--save-params", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -668,6 +712,13 @@ def main() -> None:
     models = [m for m in args.models.split(",") if m]
     if args.quick:
         args.rates, args.steps, args.warmup, sweep, args.profile_reps, args.block = "1gbit", 2, 1, (), 2, 1
+    if args.replay:
+        for r in replay(args.replay):
+            print(f"{r['rate']} {r['model']} {r['label']}: measured {r['measured'] * 1e3:.0f} ms, predicted "
+                  f"{r['predicted'] * 1e3:.0f} (run), {r['replayed'] * 1e3:.0f} (now; pred/meas "
+                  f"{r['replayed'] / r['measured']:.2f}), bound {r['lower_bound'] * 1e3:.0f} (meas/LB "
+                  f"{r['measured'] / r['lower_bound']:.2f})")
+        return
     if args.worker:
         worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params,
                args.timeline_steps, args.rates, args.per_layer, args.f64_check, args.calibration_reps)
@@ -731,7 +782,7 @@ def main() -> None:
                 if r.get("notes"):
                     console.print(f"* {rate} {name} {label}: {r['notes']}", highlight=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(reports))
+        Path(args.json).write_text(json.dumps(reports, default=str))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from aiacc.core.comm import ClusterSpec, CommError, ModelSpec, Plan, gradient_specs_from_params, make_plan, simulate
-from aiacc.core.comm.contention import reference_slowdown
+from aiacc.core.comm.contention import fit_exponent, reference_slowdown
 from aiacc.core.comm.robust import SLOWDOWN_CAP, pool_slowdowns, regret_table, robust_pick, slowdown_grid, with_slowdown
 from aiacc.core.comm.strategies import aiacc_search, safe_family
 from aiacc.distributed.process import collective, local_size
@@ -187,10 +187,13 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     # fp16 payloads (compression): gloo sums float16 on the CPU at its own rate per byte
     timed16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
     probe_numel = min(PROBE_NUMEL, max(want))
+    large_numel = min(SHAPE_FACTOR * probe_numel, max(want))  # the second size: how contention falls with size
     if _CLUSTER is None:  # probe messages no larger than the largest calibrated one (the plans' buckets)
         slowdowns = measure_contention(numel=probe_numel, reps=max(2, min(3, reps)))
+        large = measure_contention(numel=large_numel, reps=max(2, min(3, reps))) \
+            if large_numel >= 4 * probe_numel and len(_CPU) >= 2 else None
     else:
-        slowdowns = None
+        slowdowns = large = None
     timed, timed16 = broadcast_object((timed, timed16), 0, "calibration")
     _SAMPLES[:] = sorted(_SAMPLES + [(b, w) for b, (w, _) in timed])
     _SAMPLES16[:] = sorted(_SAMPLES16 + [(b, w) for b, (w, _) in timed16])
@@ -207,9 +210,24 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
         cluster = dataclasses.replace(cluster, slowdown_estimates=_CLUSTER.slowdown_estimates,
                                       compute_slowdown_range=_CLUSTER.compute_slowdown_range)
     else:  # the probe's messages' slowdown, in the units of the cluster's (1 MB float32 messages)
+        if large is not None:
+            cluster = with_exponent(cluster, (4 * probe_numel, slowdowns[0]), (4 * large_numel, large[0]))
         cs, ns = reference_slowdown(cluster, slowdowns[0], 4 * probe_numel), slowdowns[1]
+    if slowdowns is None:
+        cluster = dataclasses.replace(cluster, contention_exponent=_CLUSTER.contention_exponent)
     _CLUSTER = dataclasses.replace(cluster, compute_slowdown=cs, comm_slowdown=ns)
     return _CLUSTER
+
+
+SHAPE_FACTOR = 8  # the contention probe's second message size, in multiples of its first (1 MB -> 8 MB)
+
+
+def with_exponent(cluster: ClusterSpec, small: tuple[float, float], large: tuple[float, float]) -> ClusterSpec:
+    """`cluster` with the contention exponent fitted to slowdowns measured beside streams of two message
+    sizes ((bytes, slowdown) each: aiacc.core.comm.contention.fit_exponent); unchanged where they say
+    nothing."""
+    g = fit_exponent(cluster, small, large)
+    return cluster if g is None else dataclasses.replace(cluster, contention_exponent=g)
 
 
 CONTENTION_CAP = SLOWDOWN_CAP  # a slowdown above this is reported as this (a stream starved beside compute)
@@ -328,11 +346,20 @@ def probe_contention(workload, *, numel: int = PROBE_NUMEL, reps: int = 5) -> Cl
     backward: `measure_contention`) and keep it in the job's calibrated cluster (`calibrate`), which the
     plans made after this (`plan_for`) and their simulation use: its compute slowdown is pooled with the
     job's other model-specific estimates (`add_slowdown_estimates`: e.g. the engine's profiled steps), its
-    communication slowdown replaces the last; returns that cluster. A collective."""
+    communication slowdown replaces the last; where the calibration covers messages SHAPE_FACTOR times
+    larger, a second probe with those sets the cluster's contention exponent (`with_exponent`); returns
+    that cluster. A collective."""
+    global _CLUSTER
     cluster = _CLUSTER if _CLUSTER is not None else calibrate()
     if dist.get_world_size() == 1 or not cluster.allreduce_samples:
         return cluster  # nothing measured to compete with (an assumed network: AIACC_NETWORK_GBPS)
     cs, ns = measure_contention(workload, numel=numel, reps=reps)
+    # a second message size (where the calibration covers it): how much the contention falls with size
+    top = max(b for b, _ in cluster.allreduce_samples)
+    large = min(SHAPE_FACTOR * numel, int(top // 4))
+    if large >= 4 * numel and cluster.allreduce_cpu_samples:  # (the exponent shapes the CPU samples' shares)
+        big = measure_contention(workload, numel=large, reps=reps)
+        _CLUSTER = cluster = with_exponent(cluster, (4 * numel, cs), (4 * large, big[0]))
     # in the units of the cluster's compute_slowdown (1 MB float32 messages: aiacc.core.comm.contention)
     return add_slowdown_estimates([reference_slowdown(cluster, cs, 4 * numel)], comm_slowdown=ns)
 

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from aiacc.core.comm import ClusterSpec, CommError, CostModel, Layer, ModelSpec, lower_bound, make_plan, simulate  # noqa: E402
 from aiacc.core.comm.cost import Linear, LinearCost  # noqa: E402
 from aiacc.core.comm.plan import Bucket, Piece, Plan  # noqa: E402
-from aiacc.core.comm.contention import reference_slowdown  # noqa: E402
+from aiacc.core.comm.contention import fit_exponent, reference_slowdown  # noqa: E402
 from aiacc.core.comm.simulate import contention_floor  # noqa: E402
 from aiacc.core.comm.spec import GradientSpec  # noqa: E402
 from aiacc.distributed import planning  # noqa: E402
@@ -212,3 +212,22 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     assert [b for b, _ in big.allreduce_cpu_samples] == [b for b, _ in big.allreduce_samples]
     assert big.allreduce_cpu_samples[0][1] == pytest.approx(2e-4 + 4e-9)
     assert big.allreduce_samples_fp16[0][0] == 2 * (1 << 8)
+
+
+def test_the_probe_at_a_second_size_fits_the_contention_exponent(fake_job, monkeypatch):
+    # with CPU samples (1 ms + 1 ns/B per message) the probe also runs with 8x larger messages, and the
+    # exponent is the one that reproduces the two slowdowns (aiacc.core.comm.contention.fit_exponent)
+    cpu = tuple((b, 1e-3 + 1e-9 * b) for b, _ in fake_job.allreduce_samples)
+    monkeypatch.setattr(planning, "_CLUSTER", dataclasses.replace(fake_job, allreduce_cpu_samples=cpu))
+    seen = []
+
+    def measured(workload, numel, reps):
+        seen.append(numel)
+        return (1.6, 1.1) if numel == planning.PROBE_NUMEL else (1.4, 1.1)
+    monkeypatch.setattr(planning, "measure_contention", measured)
+    got = planning.probe_contention(object(), reps=2)
+    assert seen == [planning.PROBE_NUMEL, planning.SHAPE_FACTOR * planning.PROBE_NUMEL]
+    want = fit_exponent(got, (4 * planning.PROBE_NUMEL, 1.6), (4 * seen[1], 1.4))
+    assert 0.0 < want < 1.0 and got.contention_exponent == pytest.approx(want)
+    # the 1 MB probe is the reference size: its slowdown is pooled as measured
+    assert got.compute_slowdown == pytest.approx(1.6)

@@ -13,10 +13,14 @@ The cluster's `compute_slowdown` cs is the slowdown beside a stream of REFERENCE
 (what the contention probe sends; the engine's profiled steps are inverted through this same model, so
 their estimates are in these units too). A message of n bytes of dtype d slows compute by
 
-    cs_d(n) = 1 / (1 - s_ref * r_d(n)),  s_ref = 1 - 1/cs,  r_d(n) = share_d(n) / share_float32(REF)
+    cs_d(n) = 1 / (1 - s_ref * r_d(n)),  s_ref = 1 - 1/cs,  r_d(n) = (share_d(n) / share_float32(REF)) ** g
 
-(capped at SLOWDOWN_CAP): the measured CPU shares give the shape, the measured slowdown the scale
-(compute loses more than the CPU time charged to the process: caches, wake-ups, the kernel's softirqs).
+(capped at SLOWDOWN_CAP): the measured CPU shares give the shape, the measured slowdown the scale, and
+the exponent g (ClusterSpec.contention_exponent, `fit_exponent`: probes at two message sizes) how much
+of the shape the contention shows: compute loses other CPU than the time charged to the process (the
+kernel's softirq work on the peer's packets is not charged to it and grows with the bytes; a polling
+wait for a small message yields to compute), so contention falls less with size than the CPU time
+(on the testbed at 1 Gbit/s, 1 -> 8 MB messages: CPU share x0.39, contention share x0.72, g ~ 0.35).
 Without CPU samples every message slows compute by cs (the uniform model).
 
 The lower bound (`simulate.contention_floor`) charges every message the smallest cs_d(n) over all sizes
@@ -107,7 +111,28 @@ def relative_shares(cluster: ClusterSpec, nbytes, compression: str = "none", cos
     n = np.asarray(nbytes, dtype=float)
     cost = cost if cost is not None else CostModel(cluster, compression=compression)
     dur = np.maximum(np.asarray(cost.time(n), dtype=float), 1e-12)
-    return lines[_dtype(compression)](n) / dur / ref
+    return (lines[_dtype(compression)](n) / dur / ref) ** cluster.contention_exponent
+
+
+def fit_exponent(cluster: ClusterSpec, small: tuple[float, float], large: tuple[float, float]) -> float | None:
+    """The contention exponent g (ClusterSpec.contention_exponent) that makes the model's relative shares
+    r(n) = (cpu share(n) / cpu share(REF)) ** g reproduce two measured slowdowns `small` = (bytes, cs)
+    and `large` = (bytes, cs) beside float32 streams of those message sizes: g = ln(q) / ln(p), q the
+    ratio of the measured shares (1 - 1/cs), p that of the CPU shares; clipped to [0, 1] (a contention
+    that falls faster with size than the CPU time, or grows with it, is the noise of a loaded core).
+    None where it says nothing: no CPU samples, no contention at the small size, or CPU shares that do
+    not fall with size."""
+    import dataclasses
+
+    (n1, cs1), (n2, cs2) = small, large
+    base = relative_shares(dataclasses.replace(cluster, contention_exponent=1.0), np.array([n1, n2], dtype=float))
+    if base is None or not cs1 > 1.0 or not base[1] < base[0]:
+        return None
+    p = float(base[1] / base[0])
+    q = (1.0 - 1.0 / max(1.0, cs2)) / (1.0 - 1.0 / cs1)
+    if q <= 0:
+        return 1.0
+    return float(np.clip(np.log(q) / np.log(p), 0.0, 1.0))
 
 
 def slowdown_of(cs: float, rel) -> np.ndarray:

@@ -130,6 +130,8 @@ class ClusterSpec:
     `allreduce_cpu_samples` (`..._fp16`): measured (bytes, CPU seconds of the process per message) of the
     same all-reduces: with them the compute slowdown depends on each message's size and wire dtype
     (aiacc.core.comm.contention: `compute_slowdown` is then the slowdown beside 1 MB float32 messages).
+    `contention_exponent` (0..1): how much of the CPU shares' dependence on size the measured contention
+    shows (1: all of it, 0: none, the uniform model), fitted from probes at two message sizes.
     """
 
     nodes: int
@@ -147,6 +149,7 @@ class ClusterSpec:
     slowdown_estimates: tuple[float, ...] = ()
     allreduce_cpu_samples: tuple[tuple[float, float], ...] | None = None
     allreduce_cpu_samples_fp16: tuple[tuple[float, float], ...] | None = None
+    contention_exponent: float = 1.0
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -163,6 +166,8 @@ class ClusterSpec:
             if pts is not None and (len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts)):
                 raise CommError(f"cluster {k} need at least 2 distinct non-negative "
                                 f"(bytes, seconds) pairs, got {pts!r:.200}")
+        if not 0.0 <= self.contention_exponent <= 1.0:
+            raise CommError(f"cluster contention_exponent must be in [0, 1], got {self.contention_exponent}")
         if not self.banked_s >= 0:
             raise CommError(f"cluster banked_s must not be negative, got {self.banked_s}")
         for k in ("compute_slowdown", "comm_slowdown"):

@@ -168,3 +168,26 @@ def test_slowdown_range_spans_every_message_size_a_plan_can_send():
     assert lo <= min(got) + 1e-12 and hi >= max(got) - 1e-12
     assert lo == pytest.approx(min(got), rel=1e-3)
     assert contention.slowdown_range(dataclasses.replace(c, allreduce_cpu_samples=None), 14 * MB) == (1.6, 1.6)
+
+
+@pytest.mark.parametrize("g", [0.0, 0.35, 1.0])
+def test_the_contention_exponent_is_fitted_from_probes_at_two_sizes(g):
+    c = measured(cs=1.6)
+    # the slowdowns the model with exponent g gives beside streams of 1 MB and 8 MB messages
+    truth = dataclasses.replace(c, contention_exponent=g)
+    cs1, cs8 = contention.message_slowdowns(truth, [MB, 8 * MB])
+    assert contention.fit_exponent(c, (MB, cs1), (8 * MB, cs8)) == pytest.approx(g, abs=1e-6)
+    # g shapes every size: the smaller it is, the flatter (g = 0: the uniform model)
+    small = contention.message_slowdowns(truth, [64 << 10])[0]
+    assert (small == pytest.approx(1.6)) if g == 0 else small > 1.6
+    # noise beyond the model's range is clipped; nothing to fit without contention or CPU samples
+    assert contention.fit_exponent(c, (MB, 1.6), (8 * MB, 2.5)) == 0.0  # grew with size
+    assert contention.fit_exponent(c, (MB, 1.6), (8 * MB, 1.0)) == 1.0  # vanished at 8 MB
+    assert contention.fit_exponent(c, (MB, 1.0), (8 * MB, 1.0)) is None
+    assert contention.fit_exponent(dataclasses.replace(c, allreduce_cpu_samples=None), (MB, 1.6), (8 * MB, 1.3)) is None
+    # the floor stays below every plan with the exponent too
+    m = chain([300_000, 900_000, 50_000, 2_000_000], fwd=0.005, bwd=0.02)
+    cost = CostModel(truth)
+    bound = lower_bound(m, truth, cost, sync="step", contention=True)
+    for s in ("ddp", "per-tensor", "horovod"):
+        assert simulate(m, truth, make_plan(s, m, truth), cost, sync="step").iteration_s >= bound - 1e-9
