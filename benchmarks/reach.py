@@ -84,7 +84,8 @@ HF = list(M._HF)
 # --full: the widened sample (what users bring). torchvision: every classification model of
 # list_models(module=torchvision.models) under 90M parameters and every segmentation model (found at run time,
 # so a newer torchvision's models are in); timm: more families, "name#size" passes img_size=size to
-# create_model (a ViT at a small grid); transformers: _models._HF_MORE (other input kinds: pixels, audio)
+# create_model (a ViT at a small grid); transformers: _models._HF_MORE (other input kinds: pixels, audio), and
+# "hf/<name>:defaults": each _HF config with its own use_cache (a DynamicCache returned) and sdpa attention
 TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixnet_m", "poolformer_s24",
              "coat_lite_mini@224", "crossvit_9_240@240", "deit3_small_patch16_224#64", "deit_small_patch16_224#64",
              "beitv2_base_patch16_224#64", "pvt_v2_b1", "twins_pcpvt_small@224", "xcit_tiny_12_p16_224#64",
@@ -117,7 +118,11 @@ TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixne
              "test_convnext2", "test_convnext3", "test_efficientnet", "test_efficientnet_evos",
              "test_efficientnet_gn", "test_efficientnet_ln", "test_mambaout", "test_maxvit@160", "test_nfnet",
              "test_resnet", "test_vit@160", "test_vit2@160", "test_vit3@160", "test_vit4@160",
-             "test_vit_relpos@160"]
+             "test_vit_relpos@160",
+             # timm model modules the lists above had no model of (issue 21 sweep: all 0 opaque and verified)
+             "cpubone_b0_bfrobust", "csatv2@224", "cspnext_tiny", "efficientvim_m1@224", "lcnetv2_small",
+             "lowformer_b0@224", "legacy_seresnet18", "legacy_seresnext26_32x4d", "swiftformer_xs@224", "vgg11",
+             "vit_small_r26_s32_224#64", "vit_tiny_r_s16_p8_224#64", "hieradet_small@224", "iformer_t@224"]
 
 
 def _tv_size(n: str) -> int:
@@ -167,6 +172,8 @@ def sample(full: bool = False):
     out += [(f"tv/{n}", (lambda n=n: M.tv_segmentation(n, 64))) for n in tv_seg]
     out += [_timm_entry(n) for n in timm_names]
     out += [(f"hf/{n}", (lambda n=n: M.hf_model(n))) for n in hf]
+    if full:  # as a user builds them: the config's use_cache (a DynamicCache returned) and sdpa attention
+        out += [(f"hf/{n}:defaults", (lambda n=n: M.hf_model(n, cache=True, attn=None))) for n in HF]
     return out
 
 

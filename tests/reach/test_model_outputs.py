@@ -86,3 +86,34 @@ def test_cat_skips_a_1d_empty_tensor_and_promotes_dtypes():
         warnings.simplefilter("ignore")
         graph = aiacc.trace(model, (x, ids))
     assert [n.op for n in graph if n.op == "Cast"] == ["Cast"]
+
+
+@needs_hf
+@pytest.mark.parametrize("name", ["gpt2_lm", "bart"])
+def test_torch_export_returns_the_cache_too(name):
+    # torch.export returns only pytree nodes: the cache's class is one while aiacc exports, and no longer after
+    from torch.utils import _pytree as pytree
+
+    model, x, fresh = M.hf_model(name, cache=True, attn=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x, frontend="export")
+        fast = aiacc.optimize(model, x, frontend="export")
+    assert graph.meta["torch.frontend"] == "export" and not [n for n in graph if n.is_opaque]
+    expected, actual = _call(model, fresh), _call(fast, fresh)
+    assert type(actual) is type(expected)
+    _check_cache(expected.past_key_values, actual.past_key_values)
+    assert type(expected.past_key_values) not in pytree.SUPPORTED_NODES
+
+
+@needs_hf
+def test_a_plain_keyword_the_example_passed_is_fixed_and_another_value_refused():
+    # output_hidden_states=True is a constant of the translation: called with False, the optimized module
+    # would still return the hidden states (another structure than the original's), so it refuses
+    model, x, fresh = M.hf_model("bert")
+    x, fresh = dict(x, output_hidden_states=True), dict(fresh, output_hidden_states=True)
+    check_whole_and_verified(model, x, fresh)
+    fast = _optimized(model, x)
+    assert len(_call(fast, fresh).hidden_states) == model.config.num_hidden_layers + 1
+    with pytest.raises(UnsupportedError, match="output_hidden_states=True"):
+        fast(**dict(fresh, output_hidden_states=False))

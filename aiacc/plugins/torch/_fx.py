@@ -29,6 +29,7 @@ from torch.fx.proxy import Proxy
 from torch.utils import _pytree as pytree
 
 from aiacc.errors import describe
+from aiacc.plugins.torch.carried import CarriedObject, split
 
 # containers fx should trace through even though they live in torch.nn
 _TRACE_THROUGH = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -132,40 +133,17 @@ class AiaccTracer(fx.Tracer):
         return call, args
 
     def _carried(self, obj: Any) -> CarriedObject | None:
-        """A CarriedObject for a returned leaf that is a plain Python object holding traced tensors in its
-        attributes (through lists, tuples and dicts); None for anything else. Its other traced values (a
-        device, a length) are fixed to the example's, like every shape of the trace."""
-        if isinstance(obj, (Proxy, torch.Tensor, nn.Module, type)) or not hasattr(obj, "__dict__") \
-                or callable(obj):
-            return None
-        paths: list[tuple] = []
-        leaves: list[Proxy] = []
-
-        def concrete(x, path, depth):
-            if isinstance(x, Proxy):
-                value = self.example_value(x.node)
-                if isinstance(value, torch.Tensor):
-                    paths.append(path)
-                    leaves.append(x)
-                    return None
-                return value
-            if depth > 4 or isinstance(x, (nn.Module, torch.Tensor, type)):
-                return x
-            if type(x) in (list, tuple):
-                return type(x)(concrete(v, path + (("item", i),), depth + 1) for i, v in enumerate(x))
-            if type(x) is dict:
-                return {k: concrete(v, path + (("item", k),), depth + 1) for k, v in x.items()}
-            if hasattr(x, "__dict__") and not callable(x):
-                twin = copy.copy(x)
-                for k, v in vars(x).items():
-                    setattr(twin, k, concrete(v, path + (("attr", k),), depth + 1))
-                return twin
-            return x
+        """A CarriedObject for a returned leaf that is a plain object holding traced tensors (see
+        carried.py); None for anything else."""
+        def leaf(x):
+            if not isinstance(x, Proxy):
+                return False, x
+            value = self.example_value(x.node)
+            return (True, None) if isinstance(value, torch.Tensor) else (False, value)
         try:
-            skeleton = concrete(obj, (), 0)
+            return split(obj, leaf)
         except Exception:  # noqa: BLE001 - no example value for one of them: fx's own error follows
             return None
-        return CarriedObject(skeleton, tuple(paths), leaves) if leaves else None
 
     def _create_args_for_root(self, root_fn, is_module, concrete_args=None):
         """fx hands `*args` to the forward as one proxy that cannot be iterated; with `var_args` (the example
@@ -253,47 +231,6 @@ class AiaccTracer(fx.Tracer):
             for user in list(node.users):
                 self.graph.erase_node(user)
             self.graph.erase_node(node)
-
-
-class CarriedObject:
-    """A returned Python object that holds tensors in its attributes, as a pytree node: its tensors are the
-    children, and unflattening builds a fresh copy of the object (from the example's, with its tensors
-    removed: `skeleton`) with the new tensors set at their attribute paths. A transformers model called with
-    use_cache returns its key/value states in such an object (DynamicCache): the optimized module returns
-    a DynamicCache of its own key/value tensors, never the example's."""
-
-    def __init__(self, skeleton: Any, paths: tuple, leaves: list):
-        self.skeleton, self.paths, self.leaves = skeleton, paths, leaves
-
-    def rebuild(self, values: list) -> Any:
-        obj = copy.deepcopy(self.skeleton)
-        for path, value in zip(self.paths, values):
-            obj = _put(obj, path, value)
-        return obj
-
-
-def _put(holder: Any, path: tuple, value: Any) -> Any:
-    """`holder` with `value` set at `path` (("attr", name) / ("item", key) steps; a tuple is rebuilt)."""
-    if not path:
-        return value
-    (kind, key), rest = path[0], path[1:]
-    if kind == "attr":
-        setattr(holder, key, _put(getattr(holder, key), rest, value))
-        return holder
-    if isinstance(holder, tuple):
-        items = list(holder)
-        items[key] = _put(items[key], rest, value)
-        return type(holder)(items)
-    holder[key] = _put(holder[key], rest, value)
-    return holder
-
-
-def _carried_unflatten(values, context):
-    return CarriedObject(*context, []).rebuild(list(values))
-
-
-pytree.register_pytree_node(CarriedObject, lambda c: (list(c.leaves), (c.skeleton, c.paths)),
-                            _carried_unflatten, serialized_type_name="aiacc.plugins.torch._fx.CarriedObject")
 
 
 # reading these off a tensor gives its metadata, never its data

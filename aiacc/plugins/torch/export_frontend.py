@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from aiacc.errors import UnsupportedError, describe
+from aiacc.plugins.torch.carried import as_pytree_nodes, carried_classes, to_carried
 
 
 class ExportFailed(UnsupportedError):
@@ -216,6 +217,18 @@ def capture(model: nn.Module, arguments: dict[str, Any], given: set[str],
     ExportFailed with torch's reason."""
     sig = inspect.signature(model.forward)
     args, kwargs, order = _call_form(sig, arguments, given)
+    # objects in the output holding tensors (a transformers DynamicCache) are pytree nodes while exporting
+    try:
+        with torch.no_grad():
+            classes = carried_classes(model(*args, **kwargs))
+    except Exception:  # noqa: BLE001 - torch.export's own run says why it fails
+        classes = set()
+    with as_pytree_nodes(classes):
+        return _capture(model, args, kwargs, order, decompose_ops, classes)
+
+
+def _capture(model: nn.Module, args: list, kwargs: dict, order: list, decompose_ops: set | None,
+             classes: set) -> fx.GraphModule:
     program, static_why = export_program(model, args, kwargs, order)
     if decompose_ops:
         program = decompose(program, decompose_ops)
@@ -263,7 +276,7 @@ def capture(model: nn.Module, arguments: dict[str, Any], given: set[str],
         env[n] = graph.node_copy(n, lambda a: env[a])
     _read_sizes_at_run_time(graph)
     gm = fx.GraphModule(unlifted, graph, type(model).__name__)
-    gm.meta["aiacc.returned_spec"] = program.call_spec.out_spec
+    gm.meta["aiacc.returned_spec"] = to_carried(program.call_spec.out_spec, classes)
     batch = _batch_of(flat)
     gm.meta["aiacc.export"] = {
         "dynamic_batch": bool(dynamic),
@@ -449,12 +462,20 @@ class ArgumentGuard:
         self.given = given | set(kwargs)
         self.defaults = {p.name: p.default for p in sig.parameters.values()
                          if p.default is not p.empty and p.name not in given}
+        # keywords the example passed as plain values (return_dict=False, output_hidden_states=True): the trace
+        # is specialized to them, so a call with another value is refused rather than answered for this one
+        self.constants = {k: v for k, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
 
     def __call__(self, module: Any, args: Any, kwargs: Any) -> Any:
         from aiacc.errors import UnsupportedError as Unsupported
 
         dropped = []
+        constants = getattr(self, "constants", {})  # a guard pickled before it had them
         for k, v in kwargs.items():
+            if k in constants and not _same_value(v, constants[k]):
+                raise Unsupported(f"{self.name} was optimized for {k}={constants[k]!r} (the example's value, "
+                                  f"fixed in the translation) and is called with {k}={v!r}: optimize with an "
+                                  f"example that passes {k}={v!r}")
             if k in self.given:
                 continue
             if v is None or (k in self.defaults and _same_value(v, self.defaults[k])):
