@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aiacc.errors import AiaccNotice, OptionError
-from aiacc.plugins.train_choice import attach, choose, option, same_results
+from aiacc.plugins.train_choice import NOISE_EPS, attach, choose, noise_floor, option, perturb, same_results
 
 
 class Model:
@@ -101,3 +101,64 @@ def test_a_candidates_name_is_used_unmeasured_and_another_name_is_refused_naming
     assert choose("g", lambda: None, step_of, base, "g", "c", more=more)[0] is base
     with pytest.raises(OptionError, match="'g', 'g \\+ c', 'original'\\), not 'yes'"):
         choose("g", lambda: None, step_of, base, "yes", "c", more=more)
+
+
+def test_a_gradient_that_rounding_alone_moves_may_differ_by_its_noise_floor_and_no_more():
+    """Near-ties (a max pool's argmax after a BatchNorm) make some gradients move by ~1e-2 of their norm
+    under a rounding-level change of the inputs; another compiler's rounding moves them as much, so such a
+    gradient may differ by NOISE_FACTOR times that floor (capped at NOISE_CAP), a steady one only by GRAD_RTOL."""
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal(10_000)
+    direction = rng.standard_normal(10_000)
+    direction *= np.linalg.norm(g) / np.linalg.norm(direction)
+    noisy = g + 0.025 * direction  # 2.5e-2 relative: TF's resnet_small BatchNorm gradients under XLA
+    assert "gradient 0 differs (2.5e-02 relative)" in same_results([np.ones(1), g], [np.ones(1), noisy])
+    floor = noise_floor([np.ones(1), g], [np.ones(1), g + 0.02 * rng.standard_normal(10_000)
+                                          * np.linalg.norm(g) / 100])
+    assert 0.015 < floor[0] / np.linalg.norm(g) < 0.025
+    assert same_results([np.ones(1), g], [np.ones(1), noisy], floor=floor) == ""
+    # beyond twice the floor, or the cap on a gradient that rounding moves a lot, it still differs
+    far = g + 0.06 * direction
+    assert "rounding noise 2.0e-02" in same_results([np.ones(1), g], [np.ones(1), far], floor=floor)
+    assert "differs" in same_results([np.ones(1), g], [np.ones(1), g + 0.2 * direction],
+                                     floor=[0.5 * np.linalg.norm(g)])
+    # the floor is the steady gradient's own: a zero floor keeps GRAD_RTOL
+    assert "differs" in same_results([np.ones(1), g], [np.ones(1), noisy], floor=[0.0])
+
+
+def test_perturb_scales_floats_at_rounding_level_and_leaves_integers():
+    x = np.linspace(1.0, 2.0, 1000, dtype=np.float32)
+    y = perturb(x)
+    assert y.dtype == np.float32 and np.allclose(np.abs(y / x - 1), NOISE_EPS, rtol=0.2)
+    ids = np.arange(5, dtype=np.int32)
+    assert perturb(ids) is ids or np.array_equal(perturb(ids), ids)
+
+
+class Noisy(Model):
+    """A stand-in whose step returns (loss, gradient): the gradient as given."""
+
+    def __init__(self, seconds, grad):
+        super().__init__(seconds)
+        self.grad = grad
+
+
+def noisy_step_of(m):
+    def step():
+        time.sleep(m.seconds)
+        return [np.array(1.0), m.grad]
+    return step
+
+
+def test_choose_uses_the_perturbed_steps_floor_for_a_tie_moved_gradient():
+    rng = np.random.default_rng(1)
+    g = rng.standard_normal(4096)
+    moved = g + 0.025 * np.linalg.norm(g) / 64 * rng.standard_normal(4096)  # 2.5e-2 relative
+    perturbed = g + 0.02 * np.linalg.norm(g) / 64 * rng.standard_normal(4096)
+    base, fast = Noisy(0.02, g), Noisy(0.002, moved)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        refused, why = choose("g", lambda: fast, noisy_step_of, base, "auto", "c", rounds=3, to_arrays=list)
+        chosen, choice = choose("g", lambda: fast, noisy_step_of, base, "auto", "c", rounds=3, to_arrays=list,
+                                perturbed=lambda: [np.array(1.0), perturbed])
+    assert refused is base and "gradient 0 differs" in why.reason
+    assert chosen is fast and choice.path == "g + c"

@@ -135,7 +135,7 @@ def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -
     inputs (framework_compile='auto': autograd.record forward + backward, measured interleaved; gradients
     and Parameters, moving statistics included, put back after every measured step)."""
     from aiacc.plugins.mxnet.translator import example_arrays
-    from aiacc.plugins.train_choice import TrainChoice, attach, choose
+    from aiacc.plugins.train_choice import TrainChoice, attach, choose, perturb
 
     mx = import_mxnet()
     if example_inputs is None and setting == "auto":
@@ -146,13 +146,17 @@ def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -
     nd = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
     params = [p for p in original.collect_params().values() if p._data is not None]
 
-    def step_of(b):
+    # aiacc's own step on its float inputs perturbed at rounding level: the gradients' noise floor
+    noisy = [mx.nd.array(perturb(a, k), dtype=a.dtype) for k, a in enumerate(arrays)]
+    floating = any(np.asarray(a).dtype.kind == "f" for a in arrays)
+
+    def step_of(b, inputs=nd):
         def step():
             saved = [p.data().copy() for p in params]
             grads = [p.grad().copy() if p.grad_req != "null" else None for p in params]
             mx.random.seed(0)
             with mx.autograd.record(train_mode=True):
-                out = b(*nd)
+                out = b(*inputs)
                 outs = out if isinstance(out, (list, tuple)) else [out]
                 loss = mx.nd.add_n(*[(o.astype("float32") ** 2).mean() for o in outs])
             loss.backward()
@@ -169,7 +173,8 @@ def choose_flags(block: Any, original: Any, example_inputs: Any, setting: Any) -
                             lambda: export_training(block.aiacc_graph, original, static_shape=True), step_of, block,
                             setting, "hybridize static_shape", to_arrays=lambda r: [a.asnumpy() for a in r],
                             more={"Gluon's own graph (hybridize static_alloc, static_shape)":
-                                  lambda: own_symbol_block(original, example_inputs)})
+                                  lambda: own_symbol_block(original, example_inputs)},
+                            perturbed=step_of(block, noisy) if floating else None)
     if getattr(chosen, "aiacc_graph", None) is None:  # the graph aiacc optimized; aiacc_train_path says what runs
         chosen.aiacc_graph = block.aiacc_graph
     return attach(chosen, choice)

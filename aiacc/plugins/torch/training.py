@@ -2,7 +2,7 @@
 autograd allows, aiacc.plugins.torch.inplace), the same module under torch.compile, or a copy of the
 original module run eagerly or under torch.compile, whichever measures fastest at optimize time
 (aiacc.plugins.train_choice); a CNN's graph is first laid out channels-last where that measures faster
-(aiacc.plugins.torch.channels_last): where torch.compile of the user's own module wins (inductor may compile it
+and its gradients stay within 1e-5 under two losses (aiacc.plugins.torch.channels_last): where torch.compile of the user's own module wins (inductor may compile it
 better than aiacc's graph), that is what runs, and aiacc_train_path says so. Each has its own parameters
 under the original's names, starting from the original's values."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
-from aiacc.plugins.train_choice import TrainChoice, attach, choose, same_results
+from aiacc.plugins.train_choice import TrainChoice, attach, choose, perturb, same_results
 
 # the candidates' names, as aiacc_train_path and the report give them
 GRAPH = "aiacc graph"
@@ -28,7 +29,17 @@ def _loss(out: Any) -> torch.Tensor:
     return sum((t.float() ** 2).mean() for t in leaves)
 
 
-def _step_of(module: torch.nn.Module, args: tuple, kwargs: dict) -> Callable[[], Any]:
+def _vjp_loss(out: Any) -> torch.Tensor:
+    """A loss of another scale and direction than _loss: the outputs' sum against seeded standard normal
+    cotangents (drawn from their own generator, so the same for every candidate), a vector-Jacobian product."""
+    from torch.utils import _pytree as pytree
+
+    g = torch.Generator().manual_seed(1)
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum((t.float() * torch.randn(t.shape, generator=g).to(t.device)).sum() for t in leaves)
+
+
+def _step_of(module: torch.nn.Module, args: tuple, kwargs: dict, loss_of: Callable = _loss) -> Callable[[], Any]:
     """One forward + backward (gradients through torch.autograd.grad, so no .grad is touched), with the
     buffers (BatchNorm statistics) and the RNG put back afterwards; returns (loss, {parameter name:
     gradient}), the names without torch.compile's _orig_mod. prefix, so candidates compare by name."""
@@ -40,7 +51,7 @@ def _step_of(module: torch.nn.Module, args: tuple, kwargs: dict) -> Callable[[],
         saved = [b.detach().clone() for b in buffers]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            loss = _loss(module(*args, **kwargs))
+            loss = loss_of(module(*args, **kwargs))
             grads = torch.autograd.grad(loss, params, allow_unused=True) if params and loss.requires_grad else ()
         with torch.no_grad():
             for b, s in zip(buffers, saved):
@@ -76,15 +87,45 @@ def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any
 
         line = channels_last.choose(module, args, lambda m: _step_of(m, args, kwargs),
                                     lambda a, b: same_results(_arrays(a), _arrays(b), rtol=1e-5, atol=1e-6,
-                                                              grad_rtol=1e-5))
+                                                              grad_rtol=1e-5),
+                                    check_of=lambda m: _step_of(m, args, kwargs, _vjp_loss),
+                                    same_check=_same_elementwise)
         if line and report is not None:
             report.note("channels_last", [line])
+    noisy = _perturbed(args)  # the gradients' rounding-noise floor (train_choice.noise_floor)
     chosen, choice = choose(GRAPH, lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
-                            module, setting, "torch.compile", to_arrays=_arrays, more=more)
+                            module, setting, "torch.compile", to_arrays=_arrays, more=more,
+                            perturbed=None if noisy is None else lambda: _step_of(module, noisy, kwargs)())
     if report is not None and choice.ms:
         report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
                                    choice.reason])
     return attach(chosen, choice)
+
+
+def _perturbed(args: tuple) -> tuple | None:
+    """The example inputs with each floating tensor scaled by (1 +- 2**-17) elementwise
+    (train_choice.perturb), or None when none is floating (nothing to perturb)."""
+    if not any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args):
+        return None
+    return tuple(torch.from_numpy(perturb(a.detach().cpu().numpy(), k)).to(a.device)
+                 if isinstance(a, torch.Tensor) and a.is_floating_point() else a for k, a in enumerate(args))
+
+
+def _same_elementwise(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str:
+    """'' when two steps' gradients ({name: gradient}, the second of each result) agree elementwise: each
+    within `rtol` of its largest magnitude plus `atol` (the parity the training tests ask of a gradient),
+    else what differs. The loss is not compared: a sum against random cotangents cancels to near zero, so
+    its rounding is not relative to its size."""
+    for k, (x, y) in enumerate(zip(_arrays(a), _arrays(b))):
+        if k == 0:
+            continue
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        if x.shape != y.shape:
+            return f"result {k} has shape {y.shape} instead of {x.shape}"
+        err = float(np.abs(x - y).max()) if x.size else 0.0
+        if not err <= rtol * (float(np.abs(x).max()) if x.size else 0.0) + atol:
+            return f"gradient of {sorted(a[1])[k - 1]} differs by {err:.2g}"
+    return ""
 
 
 def _copy(original: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:

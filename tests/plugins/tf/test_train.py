@@ -346,3 +346,46 @@ def test_conv_bias_and_activation_fusion_is_kept_in_training():
         got = tf.reduce_sum(fast(x, training=True) ** 2)
     for a, b in zip(tape.gradient(ref, m.trainable_variables), tape.gradient(got, m.trainable_variables)):
         assert close(a.numpy(), b.numpy(), 1e-4)
+
+
+def test_xla_candidates_with_dropout_are_left_out_naming_xlas_own_random_numbers():
+    """XLA draws other values than TensorFlow's kernels from the same seed (other dropout masks): the XLA
+    candidates' loss differs from aiacc's step, they are left out, and the reason says so and how to pin one."""
+    import warnings
+
+    x, _ = data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(cnn(dropout=0.5), x, mode="train")
+    reason = fast.aiacc_train_choice.reason
+    assert "original model in XLA (jit_compile=True) failed: ValueError: the loss differs" in reason
+    assert "XLA draws its own random numbers: StatelessRandom" in reason
+    assert "framework_compile='original model in XLA (jit_compile=True)' runs that one anyway" in reason
+    assert "XLA" not in fast.aiacc_train_path
+
+
+def test_the_choice_measures_the_gradients_rounding_noise_on_perturbed_inputs(monkeypatch):
+    """choose_step hands the train choice aiacc's own step on its inputs perturbed at rounding level
+    (train_choice.perturb): the noise floor that lets a near-tie-moved gradient differ (TF's resnet_small
+    under XLA); on this net without ties rounding moves every gradient, by far less than GRAD_RTOL."""
+    from aiacc.plugins import train_choice
+
+    seen = {}
+    real = train_choice.choose
+
+    def spy(base, make, step_of, base_model, *args, **kw):
+        seen.update(step_of=step_of, model=base_model, perturbed=kw.get("perturbed"))
+        return real(base, make, step_of, base_model, *args, **kw)
+
+    monkeypatch.setattr(train_choice, "choose", spy)
+    x, _ = data()
+    aiacc.optimize(cnn(), x, mode="train", framework_compile=False)
+
+    def arrays(r):
+        return [r[0].numpy()] + [g.numpy() for g in r[1]]
+
+    base, noisy = arrays(seen["step_of"](seen["model"])()), arrays(seen["perturbed"]())
+    floor = train_choice.noise_floor(base, noisy)
+    norms = [float(np.linalg.norm(g)) for g in base[1:]]
+    assert len(floor) == len(cnn().trainable_variables) and any(f > 0 for f in floor)
+    assert all(f < 1e-3 * n for f, n in zip(floor, norms)), [f / n for f, n in zip(floor, norms)]

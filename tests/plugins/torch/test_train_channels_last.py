@@ -1,7 +1,8 @@
 """torch mode="train", a CNN's graph laid out channels-last (aiacc.plugins.torch.channels_last): with the layout
 forced on, aiacc's parameters are stored channels-last under the original's names and shapes, the graph makes
 its input channels-last, and one and three optimizer steps end with the original's parameters and BatchNorm
-statistics within 1e-5; forced off it stays NCHW; measured, the report says which and the times; a graph
+statistics within 1e-5; forced off it stays NCHW; measured, the report says which and the times, a bias
+before a training BatchNorm keeps NCHW and the random-cotangent check refuses what differs; a graph
 without a convolution on a 4-D input is left alone."""
 import pytest
 
@@ -48,10 +49,54 @@ def test_forced_off_and_measured(monkeypatch):
     monkeypatch.setenv(channels_last.ENV, "measure")
     fast = aiacc.optimize(net(), (x,), mode="train", framework_compile=False)
     (line,) = fast.aiacc_report["channels_last"].notes
+    assert line.startswith("kept NCHW: conv.bias feeds a BatchNorm on batch statistics")  # see below
+    model = net()
+    model.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)  # no gradient of rounding noise only
+    fast = aiacc.optimize(model, (x,), mode="train", framework_compile=False)
+    (line,) = fast.aiacc_report["channels_last"].notes
     kept = line.startswith("channels_last: ")
     assert kept or line.startswith("kept NCHW: channels_last ")
-    assert "ms against" in line
+    assert "ms against" in line or "under random cotangents" in line
     assert bool(_contiguous_nodes(fast)) == kept == fast.conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_bias_before_a_training_batchnorm_keeps_nchw(monkeypatch):
+    """Its gradient is analytically zero (the normalization removes a constant shift), rounding noise that
+    another arithmetic order cannot reproduce within 1e-5: measuring is not even tried, and the line says why."""
+    monkeypatch.setenv(channels_last.ENV, "measure")
+    x, _ = data()
+    gm = aiacc.optimize(net(), (x,), mode="train", framework_compile=False, )
+    assert channels_last.zero_gradient_biases(gm) == ["conv.bias"]
+    model = net()
+    model.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+    assert channels_last.zero_gradient_biases(aiacc.optimize(model, (x,), mode="train", framework_compile=False)) == []
+    ref = net().eval()  # batch_norm on running statistics: the bias has a gradient
+    with torch.no_grad():
+        expected = ref(x)
+    assert not channels_last.zero_gradient_biases(torch.fx.symbolic_trace(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).eval())) and expected.shape == (4, 5)
+
+
+def test_random_cotangents_catch_what_the_mean_loss_hides(monkeypatch):
+    """A layout whose results differ only where the step loss does not look is refused by the second
+    check (random cotangents against every output), with the gradient named."""
+    def same(a, b):
+        assert (a, b) == (2.0, 2.0)  # the check's results, not the step's
+        return "gradient of fc.weight differs by 1e-3"
+
+    x, _ = data()
+    model = net()
+    model.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+    gm = aiacc.optimize(model, (x,), mode="train", framework_compile=False)  # NCHW: the default is off
+    assert not _contiguous_nodes(gm)
+    monkeypatch.setenv(channels_last.ENV, "measure")
+    checked = []
+    line = channels_last.choose(gm, (x,), lambda m: (lambda: 1.0), lambda a, b: "",
+                                check_of=lambda m: (lambda: checked.append(m) or 2.0), same_check=same)
+    assert line == ("kept NCHW: channels_last's step differs (under random cotangents: gradient of fc.weight "
+                    "differs by 1e-3)")
+    assert len(checked) == 2 and checked[0] is gm and checked[1] is not gm
+    assert not _contiguous_nodes(gm)
 
 
 def test_a_graph_without_a_convolution_is_left_alone():
