@@ -19,15 +19,13 @@ on other devices and dtypes it runs F.conv2d and the activation). AIACC_DEPTHWIS
 """
 from __future__ import annotations
 
-import os
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from aiacc.core.ir import Graph, Node
 from aiacc.plugins.torch import fastpath
-from aiacc.plugins.torch.exporter import FUSION_PLANNERS, Fusions, arg
+from aiacc.plugins.torch.exporter import FUSION_PLANNERS, arg
+from aiacc.plugins.torch.measured_choice import choose_per_node, kept_planner
 
 try:
     from aiacc.core.runtime import numba_depthwise as _nd
@@ -150,42 +148,9 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
     """For each convolution `match` accepts, time the numba kernel against level 2's oneDNN convolution and
     keep the faster: conv.meta[META_KEY] = (kept, note). Returns {node name: note}. `timer(fused, unfused) ->
     (s, s)` replaces the timing (tests); AIACC_DEPTHWISE=on / off skip it."""
-    from aiacc.plugins.torch.numba_op import _time_pair
-    from aiacc.plugins.torch.se_gate import _measured
-
-    mode = os.environ.get(MODE_ENV, "measure")
-    timer = timer or _time_pair
-    rng = np.random.default_rng(0)
-    notes: dict[str, str] = {}
-    seen: dict[tuple, tuple] = {}
-    for node in graph:
-        node.meta.pop(META_KEY, None)
-        got = match(node)
-        if got is None:
-            continue
-        if _nd is None:
-            decision = (False, f"dropped: {WHAT} (numba is not installed)")
-        elif mode == "off":
-            decision = (False, f"dropped: {MODE_ENV}=off")
-        elif mode == "on":
-            decision = (True, f"kept: {WHAT} ({MODE_ENV}=on)")
-        else:
-            key = tuple(tuple(v.shape) if v is not None else None for v in node.inputs[:3]) + (str(got),)
-            decision = _measured(seen, key, WHAT, "numba", timer, lambda: _pair(node, got, rng))[:2]
-        node.meta[META_KEY] = decision
-        notes[node.name] = decision[1]
-    return notes
-
-
-def _plan(graph: Graph, f: Fusions) -> None:
-    """Export planner: a kept depthwise convolution (META_KEY) becomes one depthwise_conv call."""
-    for node in graph:
-        decision = node.meta.get(META_KEY)
-        if not decision or not decision[0] or id(node) in f.special or id(node) in f.skip:
-            continue
-        got = match(node)
-        if got is not None:
-            f.special[id(node)] = _special(node, got)
+    return choose_per_node(graph, meta_key=META_KEY, mode_env=MODE_ENV, what=WHAT, kind="numba", match=match,
+                           make_pair=_pair, timer=timer,
+                           unavailable="numba is not installed" if _nd is None else None)
 
 
 def _special(conv: Node, got):
@@ -199,5 +164,7 @@ def _special(conv: Node, got):
     return lower
 
 
+# export planner: a kept depthwise convolution (META_KEY) becomes one depthwise_conv call
+_plan = kept_planner(META_KEY, match, _special)
 if _plan not in FUSION_PLANNERS:
     FUSION_PLANNERS.append(_plan)

@@ -21,15 +21,13 @@ AIACC_CONV1X1_GEMM=measure (default) | on | off.
 """
 from __future__ import annotations
 
-import os
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from aiacc.core.ir import Graph, Node
 from aiacc.plugins.torch import fastpath
-from aiacc.plugins.torch.exporter import FUSION_PLANNERS, Fusions, arg
+from aiacc.plugins.torch.exporter import FUSION_PLANNERS, arg
+from aiacc.plugins.torch.measured_choice import choose_per_node, kept_planner
 
 META_KEY = "torch.conv1x1_gemm"  # conv node.meta: (kept: bool, note)
 MODE_ENV = "AIACC_CONV1X1_GEMM"  # "measure" (default), "on" (always, where it applies), "off"
@@ -155,44 +153,14 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
     the GEMM against level 2's oneDNN convolution and keep the faster: conv.meta[META_KEY] = (kept, note).
     Returns {node name: note}. `timer(fused, unfused) -> (s, s)` replaces the timing (tests);
     AIACC_CONV1X1_GEMM=on / off skip it."""
-    from aiacc.plugins.torch.numba_op import _time_pair
     from aiacc.plugins.torch.se_gate import META_KEY as SE_KEY
-    from aiacc.plugins.torch.se_gate import _measured
 
-    mode = os.environ.get(MODE_ENV, "measure")
-    timer = timer or _time_pair
-    rng = np.random.default_rng(0)
-    notes: dict[str, str] = {}
-    seen: dict[tuple, tuple] = {}
-    for node in graph:
-        node.meta.pop(META_KEY, None)
+    def taken_by_se_gate(node: Node) -> bool:  # its gate runs in se_gate's GEMM (or it is a kept squeeze's layer)
         se = node.meta.get(SE_KEY)
-        if se and se[0]:
-            continue  # its gate runs in se_gate's GEMM (or it is a kept squeeze's layer)
-        post = match(node)
-        if post is None:
-            continue
-        if mode == "off":
-            decision = (False, f"dropped: {MODE_ENV}=off")
-        elif mode == "on":
-            decision = (True, f"kept: {WHAT} ({MODE_ENV}=on)")
-        else:
-            key = tuple(tuple(v.shape) if v is not None else None for v in node.inputs) + (str(post),)
-            decision = _measured(seen, key, WHAT, "gemm", timer, lambda: _pair(node, post, rng))[:2]
-        node.meta[META_KEY] = decision
-        notes[node.name] = decision[1]
-    return notes
+        return bool(se and se[0])
 
-
-def _plan(graph: Graph, f: Fusions) -> None:
-    """Export planner: a kept convolution (META_KEY) becomes one conv1x1_gemm call."""
-    for node in graph:
-        decision = node.meta.get(META_KEY)
-        if not decision or not decision[0] or id(node) in f.special or id(node) in f.skip:
-            continue
-        post = match(node)
-        if post is not None:
-            f.special[id(node)] = _special(node, post)
+    return choose_per_node(graph, meta_key=META_KEY, mode_env=MODE_ENV, what=WHAT, kind="gemm", match=match,
+                           make_pair=_pair, timer=timer, skip=taken_by_se_gate)
 
 
 def _special(conv: Node, post):
@@ -207,5 +175,7 @@ def _special(conv: Node, post):
     return lower
 
 
+# export planner: a kept convolution (META_KEY) becomes one conv1x1_gemm call
+_plan = kept_planner(META_KEY, match, _special)
 if _plan not in FUSION_PLANNERS:
     FUSION_PLANNERS.append(_plan)
