@@ -93,13 +93,13 @@ def same_results(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6, grad_
                 return f"{what} differs"
         else:
             norm, err = float(np.linalg.norm(x)), float(np.linalg.norm(x - y))
+            noise = floor[k - 1] if floor is not None and k - 1 < len(floor) else None
             allowed = grad_rtol * norm
-            if floor is not None and k - 1 < len(floor):
-                allowed = max(allowed, min(NOISE_FACTOR * floor[k - 1], NOISE_CAP * norm))
+            if noise is not None:
+                allowed = max(allowed, min(NOISE_FACTOR * noise, NOISE_CAP * norm))
             if err > allowed + atol * np.sqrt(x.size):
                 return f"{what} differs ({err / max(norm, 1e-30):.1e} relative" + (
-                    f", rounding noise {floor[k - 1] / max(norm, 1e-30):.1e}" if floor is not None
-                    and k - 1 < len(floor) else "") + ")"
+                    f", rounding noise {noise / max(norm, 1e-30):.1e}" if noise is not None else "") + ")"
     return ""
 
 
