@@ -21,6 +21,9 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
                       buckets column where it chose those
     aiacc step-sync   aiacc's plan without forward_module (what a Horovod user's code gets unchanged)
     aiacc per-layer   (--per-layer) per-layer waits whatever the prediction (overlap_forward=True)
+    aiacc engine, DDP N MB plan  (--same-plan) aiacc's engine running DDP's own bucketing (N = 25 and the sweep's
+                      best; gradients in the order backward makes them ready, the order DDP rebuilds its buckets
+                      in), step-synchronized: against "DDP N MB", the engine's overhead apart from the plan
 
 Each candidate runs `--block` consecutive steps per round, timed up to the end of its deferred work.
 The predicted step and the lower bound are those of such a block (per step): with per-layer waits its
@@ -193,9 +196,10 @@ def after_backward_plan(plan, spec):
 
 
 def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, ddp_best_mb: int | None,
-               only_sweep: bool = False, per_layer: bool = False):
+               only_sweep: bool = False, per_layer: bool = False, same_plan: bool = False):
     """{label: (model, step function, plan for the simulator or None, compression[, finish])}; `only_sweep`:
-    just DDP at each bucket size of `sweep`; `per_layer`: also aiacc with per-layer waits forced."""
+    just DDP at each bucket size of `sweep`; `per_layer`: also aiacc with per-layer waits forced;
+    `same_plan`: also aiacc's engine on DDP's bucketing (25 MB and the sweep's best), step-synchronized."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -304,6 +308,13 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
                                        model_spec=spec, forward_module=m if fwd else None, overlap_forward="auto")
         # the plan it runs once its first steps have profiled contention (opt.plan then): read at report time
         out[label] = (m, plain(m, f, opt), opt.plan, compression, opt.finish_step, opt)
+    if same_plan:  # aiacc's engine running DDP's own bucketing (the spec lists gradients in the order backward
+        # made them ready, the order DDP rebuilds its buckets in after its first step): engine against engine
+        for cap in (25,) + ((ddp_best_mb,) if ddp_best_mb not in (None, 25) else ()):
+            m, _, f = build(name, rank)
+            opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
+                                           plan=strategies.ddp(spec, bucket_cap=cap * MB))
+            out[f"aiacc engine, DDP {cap} MB plan"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step, opt)
     if per_layer:  # per-layer waits whatever the prediction (overlap_forward=True)
         m, _, f = build(name, rank)
         opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
@@ -440,7 +451,7 @@ def wire_profile(cands: dict, labels: list[str], steps: int, rate_bits: float | 
 
 def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
            block: int, save_params: str | None = None, timeline_steps: int = 0, rate: str | None = None,
-           per_layer: bool = False, f64: bool = False, calibration_reps: int = 5) -> None:
+           per_layer: bool = False, f64: bool = False, calibration_reps: int = 5, same_plan: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -476,7 +487,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             best = min(sweep, key=lambda cap: statistics.median(tm[f"DDP {cap} MB (sweep)"]))
             best = hvd.broadcast_object(best, 0, "best DDP bucket size")
             del swept
-        cands = candidates(name, rank, world, (), spec, best, per_layer=per_layer)
+        cands = candidates(name, rank, world, (), spec, best, per_layer=per_layer, same_plan=same_plan)
         times = interleave(cands, steps, warmup, block)
         probed = (cluster.compute_slowdown, cluster.comm_slowdown)  # the probe's alone
         cluster = planning.current_cluster()  # pooled with the aiacc candidates' profiled steps
@@ -578,7 +589,7 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
 
 def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple[int, ...], profile_reps: int,
              block: int, timeout: float, nodes: int = 2, timeline_steps: int = 0, per_layer: bool = False,
-             f64: bool = False, calibration_reps: int = 5) -> dict:
+             f64: bool = False, calibration_reps: int = 5, same_plan: bool = False) -> dict:
     """One testbed of `nodes` nodes at `rate`, the worker on each node (pinned to its own core, cycling
     over the cores when there are more nodes than cores); rank 0's report."""
     from benchmarks.testbed_report import run_workers
@@ -587,7 +598,8 @@ def run_link(rate: str, models: list[str], steps: int, warmup: int, sweep: tuple
                                   "--sweep", ",".join(map(str, sweep)), "--profile-reps", str(profile_reps),
                                   "--block", str(block), "--timeline-steps", str(timeline_steps), "--rates", rate,
                                   "--calibration-reps", str(calibration_reps)]
-                       + (["--per-layer"] if per_layer else []) + (["--f64-check"] if f64 else []),
+                       + (["--per-layer"] if per_layer else []) + (["--f64-check"] if f64 else [])
+                       + (["--same-plan"] if same_plan else []),
                        rate=rate, nodes=nodes, timeout=timeout)
 
 
@@ -698,6 +710,9 @@ def main() -> None:
     ap.add_argument("--timeline-steps", type=int, default=0, help="after the table's run, this many more steps "
                     "of DDP and aiacc with the wire sampled: where the link is idle (printed per phase of the step)")
     ap.add_argument("--per-layer", action="store_true", help="also aiacc with per-layer waits forced")
+    ap.add_argument("--same-plan", action="store_true", help="also aiacc's engine running DDP's bucketing (25 MB "
+                    "and the sweep's best, in the order backward makes gradients ready, as DDP rebuilds them): "
+                    "the engine's overhead against DDP's apart from the plan")
     ap.add_argument("--f64-check", action="store_true", help="each candidate's largest parameter difference "
                     "from a float64 reference of the same training (and that of the same computation in float32 "
                     "on one process): is a difference between candidates rounding?")
@@ -721,7 +736,8 @@ def main() -> None:
         return
     if args.worker:
         worker(args.worker, models, args.steps, args.warmup, sweep, args.profile_reps, args.block, args.save_params,
-               args.timeline_steps, args.rates, args.per_layer, args.f64_check, args.calibration_reps)
+               args.timeline_steps, args.rates, args.per_layer, args.f64_check, args.calibration_reps,
+               args.same_plan)
         return
     from rich.console import Console
 
@@ -739,7 +755,7 @@ def main() -> None:
         reports[rate] = run_link(rate, models, args.steps, args.warmup, sweep, args.profile_reps, args.block,
                                  timeout=1800, nodes=args.nodes, timeline_steps=args.timeline_steps,
                                  per_layer=args.per_layer, f64=args.f64_check,
-                                 calibration_reps=args.calibration_reps)
+                                 calibration_reps=args.calibration_reps, same_plan=args.same_plan)
         c = reports[rate]["cluster"]
         console.print(f"{rate}: calibrated {c['nodes']} nodes x {c['workers_per_node']}, "
                       f"{c['inter_bandwidth'] * 8 / 1e6:.0f} Mbit/s, latency {c['inter_latency'] * 1e6:.0f} us, "
