@@ -153,27 +153,41 @@ def tiny_batch(rank: int):
 
 
 def measured_spec(model, loss_fn, reps: int):
-    """Per-layer compute of one rank without communication: the median of `reps` profiled backward
-    passes (aiacc.plugins.torch.distributed.profile_backward) and the median whole step, whose remainder
-    (forward, optimizer update) is spread over the layers' forward."""
+    """Per-layer compute of one rank without communication: each of `reps` rounds profiles one backward
+    pass (aiacc.plugins.torch.distributed.profile_backward: when each layer's gradients are ready) and
+    then times one whole step by phase (forward, backward, update). The layers' backward times are the
+    profiles' medians; the split of the step between backward and the rest (forward, optimizer update:
+    spread over the layers' forward in proportion to the profiles' forward split) is the median ratio
+    within the timed steps, so that the machine's load changing between the profiles and the steps (2
+    shared cores) does not move compute from forward into backward (a profile slower than the steps
+    left BERT with a 2 ms forward and a 128 ms backward). The total is the median timed step."""
     import torch
 
     from aiacc.core.comm import Layer, ModelSpec
     from aiacc.plugins.torch.distributed import profile_backward
 
-    specs = [profile_backward(model, loss_fn) for _ in range(reps)]
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    steps = []
+    specs, steps, bwd_share = [], [], []
     for _ in range(reps):
+        specs.append(profile_backward(model, loss_fn))
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss_fn(model).backward()
+        loss = loss_fn(model)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
         opt.step()
-        steps.append(time.perf_counter() - t0)
+        t3 = time.perf_counter()
+        steps.append(t3 - t0)
+        bwd_share.append((t2 - t1) / (t3 - t0))
     # layers matched by name: each profile lists them in the order its backward finished them
     by_name = [{l.name: l for l in s.layers} for s in specs]
     bwd = [statistics.median(s[l.name].backward_s for s in by_name) for l in specs[0].layers]
-    fwd_total = max(1e-6, statistics.median(steps) - sum(bwd))
+    total = statistics.median(steps)
+    share = statistics.median(bwd_share)
+    bscale = share * total / (sum(bwd) or 1.0)
+    bwd = [b * bscale for b in bwd]
+    fwd_total = max(1e-6, total - sum(bwd))
     weights = [statistics.median(s[l.name].forward_s for s in by_name) for l in specs[0].layers]
     scale = fwd_total / (sum(weights) or 1.0)
     return ModelSpec(specs[0].name, tuple(Layer(l.name, w * scale, b, l.grads)
