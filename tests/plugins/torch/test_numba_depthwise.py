@@ -61,6 +61,31 @@ def test_equals_the_convolution(monkeypatch, parallel, k, stride, pad, hw):
     assert nd.CALLS.count == before + runs  # every call ran the kernel
 
 
+@pytest.mark.parametrize("unroll", [1, 2])
+@pytest.mark.parametrize("k,stride,width", [(3, 1, 8), (3, 1, 9), (5, 1, 11), (5, 2, 13), (3, 2, 12)])
+def test_interior_columns_in_pairs_equal_one_at_a_time(k, stride, width, unroll):
+    """The unrolled interior loop (two output columns per step, an odd one left for the one-column loop) gives
+    the convolution; unroll 1 is the one-column loop alone."""
+    g = torch.Generator().manual_seed(k + stride + width)
+    x = torch.randn(2, 20, 7, width, generator=g)
+    w, b = torch.randn(20, 1, k, k, generator=g), torch.randn(20, generator=g)
+    ref = F.hardswish(F.conv2d(x, w, b, stride, k // 2, 1, 20))
+    mod = nd.depthwise_kernel(k, k, stride, stride, nd.ACTS["hardswish"], unroll)
+    out = torch.empty(2, ref.shape[2], ref.shape[3], 20)
+    wn = w[:, 0].permute(1, 2, 0).contiguous().numpy()
+    nd.depthwise(mod, x.permute(0, 2, 3, 1).contiguous().numpy(), wn, b.numpy(), out.numpy(), k // 2, k // 2)
+    _close(out.permute(0, 3, 1, 2), ref)
+    assert f"while ow + {unroll} <= hi" in nd._source(k, k, stride, stride, 3, unroll) or unroll == 1
+
+
+def test_unroll_is_capped_where_the_loop_would_stay_scalar():
+    """A 7x7 filter two columns at a time needs more run-time overlap checks than LLVM vectorizes behind: it
+    runs one column at a time; 3x3 and 5x5 run two."""
+    assert nd.depthwise_kernel(7, 7, 1, 1, 0, 2) is nd.depthwise_kernel(7, 7, 1, 1, 0, 1)
+    assert nd.depthwise_kernel(5, 5, 1, 1, 0, 2) is not nd.depthwise_kernel(5, 5, 1, 1, 0, 1)
+    assert nd.depthwise_kernel(3, 3, 2, 2, 0) is nd.depthwise_kernel(3, 3, 2, 2, 0, 2)  # the default
+
+
 def test_every_activation():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, 20, 6, 9, generator=g)
