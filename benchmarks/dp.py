@@ -33,7 +33,8 @@ for the simulator and for the bound of any plan alike. With --block >= 3 the "st
 the start-to-start time of a block's steps after its first (what long training runs at) against the
 simulator's steady iteration and the bound of one.
 
-Columns: buckets of the candidate's plan; median step; throughput relative to DDP 25 MB; scaling efficiency;
+Columns: buckets of the candidate's plan; median step; throughput relative to DDP 25 MB (of the medians, and
+"paired": the median over rounds of the ratio of the two candidates' blocks in the same round); scaling efficiency;
 the simulator's predicted step for the candidate's plan on the same measured costs (per-layer compute from
 profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB (fp16 rows:
@@ -639,7 +640,8 @@ def table(reports: dict[str, dict]):
     t = Table(title=f"Data-parallel step on the emulated cluster: {nodes} nodes x 1 rank (gloo, "
                     + ("each node on its own core" if nodes <= cores else f"{nodes} ranks on {cores} cores: oversubscribed")
                     + "), medians of interleaved steps")
-    for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "scaling eff.",
+    for col in ("link", "model", "candidate", "buckets", "median step ms", "p25-p75 ms", "vs DDP 25 MB", "paired",
+                "scaling eff.",
                 "sim. predicted ms", "pred/meas", "lower bound ms", "meas/LB", "meas/LB0", "steady ms", "steady pred/meas",
                 "steady/LB", "max |param - DDP|"):
         t.add_column(col, justify="left" if col in ("link", "model", "candidate") else "right")
@@ -657,6 +659,9 @@ def table(reports: dict[str, dict]):
                           (str(r.get("buckets", "")) + (" per-layer" if r.get("sync") == "layer" else ""))
                           if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
+                          # the median over rounds of DDP 25 MB's block / this candidate's block of the same
+                          # round (interleaved: the load of the moment is common to both)
+                          f"{statistics.median(a / b for a, b in zip(rows['DDP 25 MB']['times'], r['times'])):.2f}",
                           f"{local / med:.2f}", f"{r['predicted'] * 1e3:.0f}", f"{r['predicted'] / med:.2f}",
                           f"{r['lower_bound'] * 1e3:.0f}", f"{med / r['lower_bound']:.2f}",
                           f"{med / r.get('lower_bound_no_contention', r['lower_bound']):.2f}", *steady_cells(r),
