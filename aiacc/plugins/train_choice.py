@@ -10,7 +10,9 @@ Every plugin passes its candidates here; this module imports no framework. The o
 False (never), or a candidate's name as `aiacc_train_path` gives it (that candidate, unmeasured: a choice
 measured once can be pinned). The result (`TrainChoice`) is attached to the returned model as `aiacc_train_choice`, its
 `path` as `aiacc_train_path`, and a choice other than aiacc's own graph is said (AiaccNotice: not a fallback) with every
-candidate's measured time, so the user knows what the step runs through.
+candidate's measured time, so the user knows what the step runs through. Why a candidate was left out is
+also given as a code (`TrainChoice.left_out`: candidate -> FAILED, LOSS_DIFFERS or GRADIENT_DIFFERS), so a
+plugin adds its own explanation without reading the reason's text.
 """
 from __future__ import annotations
 
@@ -42,6 +44,11 @@ NOISE_EPS, NOISE_FACTOR, NOISE_CAP = 2.0 ** -17, 2.0, 0.1
 MAX_ROUNDS, MAX_SECONDS, AMBIGUOUS = 11, 20.0, 0.06
 
 
+# why a candidate was left out (TrainChoice.left_out): it raised while building or running; its first step's
+# loss differed from aiacc's own step's; a gradient (or the number or shape of the results) differed
+FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS = "failed", "loss differs", "gradient differs"
+
+
 @dataclass
 class TrainChoice:
     """What mode='train' runs underneath and why."""
@@ -49,6 +56,12 @@ class TrainChoice:
     path: str  # the candidate chosen ("aiacc graph", "aiacc graph + torch.compile", ...)
     ms: dict[str, float] = field(default_factory=dict)  # median step milliseconds per candidate measured
     reason: str = ""
+    # the candidates left out, each with its code (FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS); the reason says more
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def refused(self, code: str, name_contains: str = "") -> list[str]:
+        """The candidates left out with `code` whose name contains `name_contains`."""
+        return [k for k, v in self.left_out.items() if v == code and name_contains in k]
 
     def summary(self) -> str:
         times = ", ".join(f"{k} {v:.1f} ms" for k, v in self.ms.items())
@@ -66,7 +79,14 @@ def option(options: dict) -> Any:
 
 def same_results(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6, grad_rtol: float = GRAD_RTOL,
                  floor: list | None = None) -> str:
-    """'' when two steps' results (the loss, then the gradients, as numpy arrays) agree, else what differs.
+    """'' when two steps' results agree, else what differs (compare's message)."""
+    return compare(a, b, rtol, atol, grad_rtol, floor)[1]
+
+
+def compare(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6, grad_rtol: float = GRAD_RTOL,
+            floor: list | None = None) -> tuple[str, str]:
+    """('', '') when two steps' results (the loss, then the gradients, as numpy arrays) agree, else (LOSS_DIFFERS
+    or GRADIENT_DIFFERS, what differs).
     The loss agrees elementwise within `rtol`; each gradient within `grad_rtol` of its own norm (relative
     L2 error): a compiler that recomputes a max pooling's input in the backward routes the gradient of a
     near-tie (two inputs equal to float32 rounding) to the other element, so a conv before a BatchNorm and a
@@ -78,19 +98,20 @@ def same_results(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6, grad_
     rounding moves it as much (TF's resnet_small under XLA: BatchNorm gradients 2.5e-2, the 2**-17
     perturbation 2.7e-2)."""
     if len(a) != len(b):
-        return f"{len(b)} results instead of {len(a)}"
+        return GRADIENT_DIFFERS, f"{len(b)} results instead of {len(a)}"
     for k, (x, y) in enumerate(zip(a, b)):
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         what = "the loss" if k == 0 else f"gradient {k - 1}"
+        code = LOSS_DIFFERS if k == 0 else GRADIENT_DIFFERS
         if x.shape != y.shape:
-            return f"{what} has shape {y.shape} instead of {x.shape}"
+            return code, f"{what} has shape {y.shape} instead of {x.shape}"
         if not x.size:
             continue
         if not np.isfinite(y).all() and np.isfinite(x).all():
-            return f"{what} differs (not finite)"
+            return code, f"{what} differs (not finite)"
         if k == 0:
             if float(np.abs(x - y).max()) > rtol * float(np.abs(x).max()) + atol:
-                return f"{what} differs"
+                return code, f"{what} differs"
         else:
             norm, err = float(np.linalg.norm(x)), float(np.linalg.norm(x - y))
             noise = floor[k - 1] if floor is not None and k - 1 < len(floor) else None
@@ -98,9 +119,9 @@ def same_results(a: list, b: list, rtol: float = 1e-4, atol: float = 1e-6, grad_
             if noise is not None:
                 allowed = max(allowed, min(NOISE_FACTOR * noise, NOISE_CAP * norm))
             if err > allowed + atol * np.sqrt(x.size):
-                return f"{what} differs ({err / max(norm, 1e-30):.1e} relative" + (
+                return code, f"{what} differs ({err / max(norm, 1e-30):.1e} relative" + (
                     f", rounding noise {noise / max(norm, 1e-30):.1e}" if noise is not None else "") + ")"
-    return ""
+    return "", ""
 
 
 def noise_floor(base: list, perturbed: list) -> list:
@@ -155,7 +176,7 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
     warm[base] = steps[base]()
     for _ in range(warmup - 1):
         steps[base]()
-    reasons = []
+    reasons, left_out = [], {}
     floor = None
     if perturbed is not None and to_arrays is not None:
         try:
@@ -167,12 +188,14 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             model = make()
             step = step_of(model)
             result = step()  # warm-up: the compiler compiles here
-            problem = same_results(to_arrays(warm[base]), to_arrays(result), floor=floor) if to_arrays else ""
+            code, problem = compare(to_arrays(warm[base]), to_arrays(result), floor=floor) if to_arrays else ("", "")
             if problem:
+                left_out[name] = code
                 raise ValueError(f"{problem} from aiacc's own step")
             for _ in range(warmup - 1):
                 step()
         except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves the others
+            left_out.setdefault(name, FAILED)
             warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({describe(e, 200)})",
                           AiaccNotice, stacklevel=3)
             reasons.append(f"{name} failed: {describe(e, 200)}")
@@ -187,10 +210,10 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
         warnings.warn(f"aiacc: mode='train' runs the step as {best}: measured fastest ({listing}, median of "
                       f"{rounds} steps each; framework_compile=False opts out)", AiaccNotice, stacklevel=3)
         return models[best], TrainChoice(best, ms, "; ".join(reasons + [
-            f"measured faster by {ms[base] / ms[best]:.2f}x than aiacc's own step, so aiacc runs it"]))
+            f"measured faster by {ms[base] / ms[best]:.2f}x than aiacc's own step, so aiacc runs it"]), left_out)
     others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != base)
     return base_model, TrainChoice(base, ms, "; ".join(reasons + [
-        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[base]:.1f} ms)"]))
+        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[base]:.1f} ms)"]), left_out)
 
 
 def attach(model: Any, choice: TrainChoice) -> Any:

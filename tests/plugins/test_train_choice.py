@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from aiacc.errors import AiaccNotice, OptionError
-from aiacc.plugins.train_choice import NOISE_EPS, attach, choose, noise_floor, option, perturb, same_results
+from aiacc.plugins.train_choice import (FAILED, GRADIENT_DIFFERS, LOSS_DIFFERS, NOISE_EPS, attach, choose, compare,
+                                        noise_floor, option, perturb, same_results)
 
 
 class Model:
@@ -53,6 +54,18 @@ def test_failing_or_different_alternatives_are_left_out_with_a_warning():
     assert chosen is base
     assert "compiler refused the graph" in choice.reason and "the loss differs" in choice.reason
     assert len(said) == 2
+    # the same, as codes a plugin reads without matching the reason's text
+    assert choice.left_out == {"aiacc graph + the compiler": FAILED, "other": LOSS_DIFFERS}
+    assert choice.refused(LOSS_DIFFERS) == ["other"] and choice.refused(FAILED, "compiler") == [
+        "aiacc graph + the compiler"] and choice.refused(LOSS_DIFFERS, "compiler") == []
+
+
+def test_compare_codes_which_result_differs():
+    one = [np.ones(1), np.ones(3)]
+    assert compare(one, one) == ("", "")
+    assert compare(one, [np.zeros(1), np.ones(3)])[0] == LOSS_DIFFERS
+    assert compare(one, [np.ones(1), np.zeros(3)]) == (GRADIENT_DIFFERS, "gradient 0 differs (1.0e+00 relative)")
+    assert compare(one, one[:1])[0] == GRADIENT_DIFFERS
 
 
 def test_true_and_false_do_not_measure():

@@ -389,3 +389,41 @@ def test_the_choice_measures_the_gradients_rounding_noise_on_perturbed_inputs(mo
     norms = [float(np.linalg.norm(g)) for g in base[1:]]
     assert len(floor) == len(cnn().trainable_variables) and any(f > 0 for f in floor)
     assert all(f < 1e-3 * n for f, n in zip(floor, norms)), [f / n for f, n in zip(floor, norms)]
+
+
+def test_the_choice_measures_each_candidate_inside_one_tf_function_step(monkeypatch):
+    """choose_step measures a candidate as a Keras fit step runs it: forward and backward in one tf.function
+    with the candidate's Python body inlined (no nested call of the aiacc step: measured eagerly, the
+    gradient's separate call hid Keras' own graph being faster); an XLA candidate stays a nested XLA
+    function. Each measured step puts the BatchNorm statistics back and gives aiacc's gradients."""
+    from aiacc.plugins import train_choice
+
+    seen = {}
+    real = train_choice.choose
+
+    def spy(base, make, step_of, base_model, *args, **kw):
+        seen.update(step_of=step_of, model=base_model, make=make)
+        return real(base, make, step_of, base_model, *args, **kw)
+
+    monkeypatch.setattr(train_choice, "choose", spy)
+    x, _ = data()
+    m = cnn()
+    fast = aiacc.optimize(m, x, mode="train", framework_compile=False)
+
+    def calls(step):
+        ops = step.get_concrete_function().graph.get_operations()
+        return [op for op in ops if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+
+    step = seen["step_of"](seen["model"])
+    assert not calls(step), [op.type for op in calls(step)]
+    xla = seen["step_of"](seen["make"]())
+    assert calls(xla)  # the XLA-compiled step, called as a function
+    stats = [v.numpy().copy() for v in m.variables if "moving" in v.name]
+    loss, grads = step()
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(stats, [v for v in m.variables if "moving" in v.name]))
+    with tf.GradientTape() as tape:
+        ref = tf.reduce_mean(tf.square(m(x, training=True)))
+    want = tape.gradient(ref, m.trainable_variables)
+    assert abs(float(loss) - float(ref)) <= 1e-5 * abs(float(ref))
+    for a, b in zip(want, grads):
+        assert close(a.numpy(), b.numpy(), 1e-4)
