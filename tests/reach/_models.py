@@ -64,10 +64,11 @@ def _seeded(builder):
 
 
 @_seeded
-def tv_model(name, size=64):
-    """A torchvision classification model (random weights) at size x size."""
+def tv_model(name, size=64, **kwargs):
+    """A torchvision classification model (random weights) at size x size; `kwargs` go to its builder
+    (image_size= of a ViT)."""
     tv = torchvision()
-    model = tv.models.get_model(name, weights=None, num_classes=10)
+    model = tv.models.get_model(name, weights=None, num_classes=10, **kwargs)
     x, fresh = _images(size)
     return model, (x,), (fresh,)
 
@@ -232,13 +233,41 @@ _COMMON = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, 
            "vocab_size": 100, "max_position_embeddings": 64}
 
 
+# heads called with labels= (their loss computed in the forward), named apart from _HF / _HF_MORE: name -> (the
+# _HF / _HF_MORE entry whose config is used, the head's class, more config, the labels: "class" / "real" (one
+# per row), "multi" (a 0/1 row of num_labels), "tokens" (one per token, -100 where padded or unmasked),
+# "shifted" (the input ids as causal LM labels), "seq2seq" (target ids, the decoder's input derived from them))
+_HF_HEADS = {
+    "seq_cls": ("bert", "BertForSequenceClassification", {"num_labels": 3}, "class"),
+    "seq_regression": ("roberta", "RobertaForSequenceClassification", {"num_labels": 1}, "real"),
+    "multi_label": ("electra", "ElectraForSequenceClassification",
+                    {"num_labels": 3, "problem_type": "multi_label_classification"}, "multi"),
+    "masked_lm": ("bert", "BertForMaskedLM", {}, "tokens"),
+    "token_cls": ("distilbert", "DistilBertForTokenClassification", {"num_labels": 5}, "tokens"),
+    "causal_lm_gpt2": ("gpt2", "GPT2LMHeadModel", {}, "shifted"),
+    "causal_lm_llama": ("llama", "LlamaForCausalLM", {}, "shifted"),
+    "seq2seq_t5": ("t5", "T5ForConditionalGeneration", {"decoder_start_token_id": 0}, "seq2seq"),
+    "seq2seq_bart": ("bart", "BartForConditionalGeneration", {"decoder_start_token_id": 2}, "seq2seq"),
+}
+
+
+def hf_with_labels(head, batch=2, seq=16):
+    """A transformers head from a tiny config (see _HF_HEADS), called with labels=: (model, example, fresh)."""
+    return hf_model(head, batch=batch, seq=seq)
+
+
 @_seeded
 def hf_model(name, batch=2, seq=16, with_mask=True, cache=False, attn="eager"):
     """A transformers model from a tiny config with random weights; inputs as a dict of keywords. `cache`:
     keep the config's use_cache (True for generative models: the output carries a DynamicCache); `attn`:
-    the attention implementation (None: transformers' default, sdpa)."""
+    the attention implementation (None: transformers' default, sdpa). A name of _HF_HEADS is that head,
+    its inputs with labels."""
     tr = transformers()
-    model_cls, config_cls, extra, kind = (*_HF[name], "ids") if name in _HF else _HF_MORE[name]
+    in_tables = name in _HF or name in _HF_MORE
+    base, head_cls, head_extra, labels = (name, None, {}, None) if in_tables else _HF_HEADS[name]
+    model_cls, config_cls, extra, kind = (*_HF[base], "ids") if base in _HF else _HF_MORE[base]
+    if head_cls is not None:
+        model_cls, extra, kind = head_cls, {**extra, **head_extra}, "ids"
     config_cls = getattr(tr, config_cls)
     accepted = config_cls().to_dict()
     kwargs = {k: v for k, v in _COMMON.items() if k in accepted}
@@ -281,10 +310,38 @@ def hf_model(name, batch=2, seq=16, with_mask=True, cache=False, attn="eager"):
             mask = torch.ones(batch, seq, dtype=torch.int64)
             mask[1, seq - 3:] = 0
             d["attention_mask"] = mask
-        if name == "bart" or kind == "seq2seq":
+        if labels is None and (name == "bart" or kind == "seq2seq"):
             d["decoder_input_ids"] = torch.randint(0, vocab, (batch, seq // 2), generator=g)
+        if labels is not None:
+            d["labels"] = _labels(labels, d, config, config.num_labels if "TokenClassification" in model_cls
+                                  else vocab, g)
         return d
     return model, feed(), feed()
+
+
+def _labels(kind, inputs, config, classes, g):
+    """labels= of a _HF_HEADS kind for `inputs` (a batch of input_ids and attention_mask); `classes`: of a
+    token's label."""
+    ids = inputs["input_ids"]
+    batch, seq = ids.shape
+    if kind == "class":
+        return torch.randint(0, config.num_labels, (batch,), generator=g)
+    if kind == "real":
+        return torch.randn(batch, generator=g)
+    if kind == "multi":
+        return (torch.rand(batch, config.num_labels, generator=g) > 0.5).float()
+    if kind == "seq2seq":
+        t = torch.randint(3, config.vocab_size, (batch, seq // 2), generator=g)
+        t[0, -2:] = -100  # a shorter target, padded with the ignored index
+        return t
+    if kind == "shifted":
+        t = ids.clone()
+    else:  # "tokens": token classes (vocabulary ids for masked LM), every third ignored
+        t = torch.randint(0, classes, (batch, seq), generator=g)
+        t[:, ::3] = -100
+    if "attention_mask" in inputs:
+        t[inputs["attention_mask"] == 0] = -100
+    return t
 
 
 # benchmarks/reach.py --speed: the issue's latency configs (random weights, batch 1, seq 128, ViT at 224)

@@ -1,6 +1,6 @@
 """torch.fx tracing that never fails: what fx cannot trace becomes an opaque call.
 
-Three things fx does not handle the way aiacc needs, and what this tracer does about them:
+What fx does not handle the way aiacc needs, and what this tracer does about it:
 
 - A submodule whose forward has Python control flow on tensor values makes `symbolic_trace` raise. The
   tracer rolls back the nodes that submodule added and records it as a leaf call instead, so it becomes
@@ -13,6 +13,8 @@ Three things fx does not handle the way aiacc needs, and what this tracer does a
 - A parametrized module (torch.nn.utils.parametrize: weight_norm, spectral_norm, orthogonal, ...) is a
   class fx would keep whole; the tracer goes through it and its parametrizations, so the weight is
   computed from the original parameters in the graph (and gets gradients in train mode).
+- A module the forward creates while it runs (`CrossEntropyLoss()` in transformers' heads) has no name in
+  the model; fx raises NameError for it. The tracer traces its forward inline instead.
 """
 from __future__ import annotations
 
@@ -204,7 +206,13 @@ class AiaccTracer(fx.Tracer):
             return False
 
     def call_module(self, m: nn.Module, forward: Any, args: tuple, kwargs: dict) -> Any:
-        qualname = self.path_of_module(m)
+        try:
+            qualname = self.path_of_module(m)
+        except NameError:
+            # a module the forward creates as it runs (transformers' `loss_fct = CrossEntropyLoss()`): not
+            # part of the model, so no call_module node can name it; its forward is traced inline (any
+            # tensor it holds becomes a constant of the graph)
+            return forward(*args, **kwargs)
         if self.is_leaf_module(m, qualname):
             return super().call_module(m, forward, args, kwargs)
         # trace through; if that fails, undo what it added and call the module as one opaque leaf

@@ -12,11 +12,12 @@ fills them; the importer never imports its tables (the plugin does, see translat
   einsum       torch.einsum on static shapes (MatMul / Transpose / Reshape / ReduceSum)
   scatter      topk, scatter / index_add / index_put (TopK, ScatterElements, ScatterND, Where)
   fft          torch.fft.fft / fft2 / fftn read through .real / .imag (DFT matrices on static shapes)
+  loss         cross entropy, NLL, MSE, L1, smooth L1, Huber, BCE (functions, modules, aten ops)
   rnn          nn.LSTM / nn.GRU / nn.RNN and their cells, unrolled over the static sequence length
   aten         aten OpOverloads (torch.export programs) whose arguments differ from the torch function
 """
 from aiacc.plugins.torch.import_ops import (common, nn, shape, reduce, elementwise, attention,  # noqa: F401
-                                             indexing, scatter, einsum, fft, rnn, aten)
+                                             indexing, scatter, einsum, fft, rnn, loss, aten)
 
 __all__ = ["common", "nn", "shape", "reduce", "elementwise", "attention", "indexing", "scatter", "einsum", "fft", "rnn",
-           "aten"]
+           "loss", "aten"]

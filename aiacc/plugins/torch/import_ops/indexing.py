@@ -1,5 +1,5 @@
 """Converters for indexing and the ops transformers / torchvision / timm models use around it: tensor
-(advanced) indexing, torch.gather, cumsum, torchvision's stochastic_depth and timm's drop_path.
+(advanced) indexing, torch.gather, cumsum, diff, torchvision's stochastic_depth and timm's drop_path.
 
 All of them are built from ops the IR has (Gather, Reshape, Mul, Add, Mod, ReduceSum, Floor ...) on static
 shapes, so they fuse and lower like any other node.
@@ -135,6 +135,31 @@ def _cumsum(imp, x, dim, *, dtype=None, out=None):
         perm.insert(axis, r - 1)
         y = imp.op("Transpose", y, perm=perm)
     return y
+
+
+@FUNCTIONS.register(torch.diff)
+@METHODS.register("diff")
+def _diff(imp, x, n=1, dim=-1, prepend=None, append=None):
+    """torch.diff: x[..., 1:] - x[..., :-1] along `dim`, n times, after concatenating prepend / append (the
+    packed-sequence check of transformers' masks); booleans differ by Xor, as torch's does."""
+    import operator
+
+    x = tensor(x)
+    r = rank(x)
+    axis = norm_axis(dim, r)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if any(not isinstance(p, Value) for p in parts):
+        raise Untranslatable("a scalar prepend / append")
+    if any(p.dtype != x.dtype for p in parts):
+        raise Untranslatable("prepend / append of another dtype")
+    if len(parts) > 1:
+        x = imp.op("Concat", *parts, axis=axis)
+    lead = (slice(None),) * axis
+    for _ in range(int(n)):
+        later = FUNCTIONS[operator.getitem](imp, x, lead + (slice(1, None),))
+        earlier = FUNCTIONS[operator.getitem](imp, x, lead + (slice(None, -1),))
+        x = imp.op("Xor" if x.dtype == "bool" else "Sub", later, earlier)
+    return x
 
 
 @FUNCTIONS.register("torchvision.ops.stochastic_depth.stochastic_depth")

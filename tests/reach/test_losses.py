@@ -1,0 +1,155 @@
+"""Losses computed inside a forward (transformers' heads called with labels=): cross entropy with ignored
+targets, label smoothing, class weights, probability targets and class-dim layouts; NLL, MSE, L1, smooth L1,
+Huber, BCE and BCE-with-logits; as functions, as installed modules and as modules the forward creates. Each
+becomes IR under both frontends (torch.fx and torch.export) and equals torch's value within 1e-5 on a fresh
+input."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import aiacc
+from tests.reach import _models as M
+from tests.reach.test_reach import check_whole_and_verified, needs_hf
+
+G = torch.Generator().manual_seed(0)
+
+
+def _targets(shape, classes, ignored=True):
+    t = torch.randint(0, classes, shape, generator=G)
+    if ignored:
+        t.view(-1)[::3] = -100  # every third target ignored, as transformers' padded labels
+    return t
+
+
+class _Fn(nn.Module):
+    def __init__(self, fn, **kw):
+        super().__init__()
+        self.fn, self.kw = fn, kw
+
+    def forward(self, x, t):
+        return self.fn(x, t, **self.kw)
+
+
+class _Created(nn.Module):
+    """The loss module made in the forward, as transformers' heads do (`loss_fct = CrossEntropyLoss()`)."""
+
+    def __init__(self, cls, **kw):
+        super().__init__()
+        self.cls, self.kw = cls, kw
+
+    def forward(self, x, t):
+        if x.dim() == t.dim() + 1:  # class scores per token: flattened to rows, as transformers' heads do
+            x, t = x.view(-1, x.shape[-1]), t.view(-1)
+        return self.cls(**self.kw)(x, t)
+
+
+def _cases():
+    w = torch.rand(5, generator=G) + 0.5
+    logits2, logits4 = (lambda: torch.randn(6, 5, generator=G)), (lambda: torch.randn(2, 5, 3, 4, generator=G))
+    ids2, ids4 = (lambda: _targets((6,), 5)), (lambda: _targets((2, 3, 4), 5))
+    probs = lambda: torch.softmax(torch.randn(6, 5, generator=G), -1)  # noqa: E731
+    real = lambda: torch.randn(4, 3, generator=G)  # noqa: E731
+    unit = lambda: torch.rand(4, 3, generator=G)  # noqa: E731
+    return {
+        "ce_mean_ignored": (_Fn(F.cross_entropy), logits2, ids2),
+        "ce_smoothing": (_Fn(F.cross_entropy, label_smoothing=0.1), logits2, ids2),
+        "ce_weight_smoothing": (_Fn(F.cross_entropy, weight=w, label_smoothing=0.2), logits2, ids2),
+        "ce_class_dim_1_none": (_Fn(F.cross_entropy, reduction="none"), logits4, ids4),
+        "ce_class_dim_1_sum_weight": (_Fn(F.cross_entropy, reduction="sum", weight=w), logits4, ids4),
+        "ce_ignore_index_0": (_Fn(F.cross_entropy, ignore_index=0), logits2, lambda: _targets((6,), 5, False)),
+        "ce_probabilities": (_Fn(F.cross_entropy, label_smoothing=0.1), logits2, probs),
+        "ce_unbatched": (_Fn(F.cross_entropy), lambda: torch.randn(5, generator=G),
+                         lambda: torch.tensor(2)),
+        "ce_module_installed": (nn.CrossEntropyLoss(weight=w, label_smoothing=0.05), logits2, ids2),
+        "ce_module_created": (_Created(nn.CrossEntropyLoss), lambda: torch.randn(2, 3, 5, generator=G),
+                              lambda: _targets((2, 3), 5)),
+        "nll_sum": (_Fn(lambda x, t, **k: F.nll_loss(x.log_softmax(1), t, **k), reduction="sum"), logits4, ids4),
+        "mse": (_Fn(F.mse_loss), real, real),
+        "mse_created": (_Created(nn.MSELoss), real, real),
+        "l1_none": (_Fn(F.l1_loss, reduction="none"), real, real),
+        "mse_weighted": (_Fn(F.mse_loss, weight=torch.rand(4, 3, generator=G)), real, real),
+        "huber_weighted": (_Fn(F.huber_loss, weight=torch.rand(4, 3, generator=G)), real, real),
+        "smooth_l1": (_Fn(F.smooth_l1_loss, beta=0.5), real, real),
+        "huber_sum": (nn.HuberLoss(reduction="sum", delta=0.7), real, real),
+        "bce_logits": (_Fn(F.binary_cross_entropy_with_logits), lambda: 4 * torch.randn(4, 3, generator=G), unit),
+        "bce_logits_pos_weight": (nn.BCEWithLogitsLoss(pos_weight=torch.tensor([1.0, 2.0, 0.5])), real, unit),
+        "bce": (_Fn(lambda p, t, **k: F.binary_cross_entropy(p.sigmoid(), t, **k)), real, unit),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_loss_becomes_ir_and_equals_torch(name, frontend):
+    model, x, t = CASES[name]
+    model.eval()
+    example, fresh = (x(), t()), (x(), t())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, example, frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, example, frontend=frontend)
+    with torch.no_grad():
+        expected, actual = model(*fresh), fast(*fresh)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_every_target_ignored_is_nan_as_in_torch():
+    model = _Fn(F.cross_entropy).eval()
+    x, t = torch.randn(3, 4, generator=G), torch.full((3,), -100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, (x, _targets((3,), 4, False)))
+    assert torch.isnan(model(x, t)) and torch.isnan(fast(x, t))
+
+
+def test_the_legacy_size_average_and_reduce_flags_choose_the_reduction():
+    class Legacy(nn.Module):
+        def forward(self, x, t, ids):
+            return (F.mse_loss(x, t, size_average=False), F.l1_loss(x, t, reduce=False),
+                    F.cross_entropy(x, ids, size_average=False))
+
+    def inputs():
+        return torch.randn(4, 3, generator=G), torch.randn(4, 3, generator=G), _targets((4,), 3)
+    model, example, fresh = Legacy().eval(), inputs(), inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, example, frontend="fx")
+        fast = aiacc.optimize(model, example, frontend="fx")
+        expected = model(*fresh)
+    assert [n.op for n in graph if n.is_opaque] == []
+    assert [tuple(e.shape) for e in expected] == [(), (4, 3), ()]  # sum, none, sum
+    for e, a in zip(expected, fast(*fresh)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)
+
+
+@needs_hf
+@pytest.mark.parametrize("head", sorted(M._HF_HEADS))
+def test_transformers_heads_with_labels_are_whole_and_verified(head):
+    check_whole_and_verified(*M.hf_with_labels(head))
+
+
+@needs_hf
+@pytest.mark.parametrize("how", ["keyword", "config"])
+def test_return_dict_false_returns_the_same_tuple(how):
+    # a tuple stays a tuple with the original's length: the loss first, None fields skipped (no attentions),
+    # the hidden states a nested tuple
+    model, x, fresh = M.hf_with_labels("seq_cls")
+    extra = {"output_hidden_states": True}
+    if how == "keyword":
+        extra["return_dict"] = False
+    else:
+        model.config.return_dict = False
+    x, fresh = {**x, **extra}, {**fresh, **extra}
+    with torch.no_grad():
+        expected = model(**fresh)
+    assert isinstance(expected, tuple) and len(expected) == 3  # (loss, logits, hidden_states)
+    check_whole_and_verified(model, x, fresh)
