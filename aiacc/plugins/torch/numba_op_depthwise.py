@@ -80,11 +80,11 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
                                     lambda a, b: _weights(a, b, sh, sw, code))
     if not x.is_contiguous(memory_format=torch.channels_last):
         x = x.contiguous(memory_format=torch.channels_last)
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (w + 2 * pw - kw) // sw + 1
-    out = torch.empty(n, oh, ow, c)  # NHWC memory: its permute below is the channels-last [N, C, OH, OW]
-    _nd.depthwise(mod, x.permute(0, 2, 3, 1).numpy(), wn, bn, out.numpy(), ph, pw, p0, p1)
-    y = out.permute(0, 3, 1, 2)
+    y = torch.empty((n, c, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1),
+                    memory_format=torch.channels_last)
+    # numpy's transpose of the channels-last memory is the C-contiguous NHWC array the kernel takes (a view;
+    # numpy's own view costs a fraction of a torch permute, which is most of this call's overhead at batch 1)
+    _nd.depthwise(mod, x.numpy().transpose(0, 2, 3, 1), wn, bn, y.numpy().transpose(0, 2, 3, 1), ph, pw, p0, p1)
     if code == 0 and attr != "none":
         y = fastpath._UNARY[attr](y, list(scalars), algorithm)  # in place on the fresh result (GELU: a new one)
     return y
