@@ -122,7 +122,10 @@ TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixne
              # timm model modules the lists above had no model of (issue 21 sweep: all 0 opaque and verified)
              "cpubone_b0_bfrobust", "csatv2@224", "cspnext_tiny", "efficientvim_m1@224", "lcnetv2_small",
              "lowformer_b0@224", "legacy_seresnet18", "legacy_seresnext26_32x4d", "swiftformer_xs@224", "vgg11",
-             "vit_small_r26_s32_224#64", "vit_tiny_r_s16_p8_224#64", "hieradet_small@224", "iformer_t@224"]
+             "vit_small_r26_s32_224#64", "vit_tiny_r_s16_p8_224#64", "hieradet_small@224", "iformer_t@224",
+             # the modules still without a model in the sample after that (stop 29)
+             "nasnetalarge@96", "pnasnet5large@96", "samvit_base_patch16_224#64", "naflexvit_base_patch16_gap#64",
+             "qwen3_vit_88m#64", "gemma4_vit_167m#64", "deepseek_vit_412m#64"]
 
 
 def _tv_size(n: str) -> int:
@@ -139,20 +142,43 @@ def _timm_entry(n: str):
     return f"timm/{name}", lambda: M.timm_model(name, int(size) if size else 64)
 
 
+def _tv_params(tv, n: str) -> int:
+    """A torchvision model's parameter count: its weights' recorded count, else counted on the meta device."""
+    try:
+        return min(w.meta["num_params"] for w in tv.models.get_model_weights(n))
+    except Exception:  # noqa: BLE001 - a model without published weights: count its parameters
+        with torch.device("meta"):
+            return sum(p.numel() for p in tv.models.get_model(n, weights=None).parameters())
+
+
 def _tv_all() -> tuple[list, list]:
     """Every torchvision classification model under 90M parameters (its weights' recorded parameter count,
     else counted on the meta device) and every segmentation model, by name."""
     tv = M.torchvision()
-    small = []
-    for n in tv.models.list_models(module=tv.models):
-        try:
-            count = min(w.meta["num_params"] for w in tv.models.get_model_weights(n))
-        except Exception:  # noqa: BLE001 - a model without published weights: count its parameters
-            with torch.device("meta"):
-                count = sum(p.numel() for p in tv.models.get_model(n, weights=None).parameters())
-        if count < 90e6:
-            small.append(n)
+    small = [n for n in tv.models.list_models(module=tv.models) if _tv_params(tv, n) < 90e6]
     return small, tv.models.list_models(module=tv.models.segmentation)
+
+
+def _tv_large() -> list[str]:
+    """Every torchvision classification model of 90M parameters or more (vit_l_16, regnet_y_128gf, the VGGs,
+    convnext_large, ...), by name, smallest first."""
+    tv = M.torchvision()
+    counts = {n: _tv_params(tv, n) for n in tv.models.list_models(module=tv.models)}
+    return sorted((n for n, c in counts.items() if c >= 90e6), key=counts.get)
+
+
+def _tv_large_entry(n: str):
+    """("tv/name", builder) of a large model at a small input: ViTs at image_size 64 (56 for patch 14, their
+    position embedding sized for it), the rest at 64."""
+    if n.startswith("vit"):
+        size = 56 if n.endswith("_14") else 64
+        return f"tv/{n}#{size}", lambda: M.tv_model(n, size, image_size=size)
+    return f"tv/{n}", lambda: M.tv_model(n, 64)
+
+
+def large_sample():
+    """--large: torchvision's models of 90M parameters or more."""
+    return [_tv_large_entry(n) for n in _tv_large()]
 
 
 def sample(full: bool = False):
@@ -174,6 +200,8 @@ def sample(full: bool = False):
     out += [(f"hf/{n}", (lambda n=n: M.hf_model(n))) for n in hf]
     if full:  # as a user builds them: the config's use_cache (a DynamicCache returned) and sdpa attention
         out += [(f"hf/{n}:defaults", (lambda n=n: M.hf_model(n, cache=True, attn=None))) for n in HF]
+        # heads called with labels= (the loss computed in their forward)
+        out += [(f"hf/{n}:labels", (lambda n=n: M.hf_with_labels(n))) for n in M._HF_HEADS]
     return out
 
 
@@ -707,6 +735,8 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="the widened sample (AIACC_REACH_FULL=1 does the same): "
                     "every torchvision classification model under 90M parameters and every segmentation model, "
                     "more timm families and transformers configs")
+    ap.add_argument("--large", action="store_true", help="torchvision's classification models of 90M parameters "
+                    "or more, at small inputs (ViTs with image_size 64), instead of the sample")
     ap.add_argument("--list", action="store_true", help="print the sample's labels and stop")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds: start no model after this (chunked runs)")
     ap.add_argument("--model-timeout", type=int, default=240, help="seconds one model may take (0: no limit)")
@@ -731,7 +761,7 @@ def main(argv=None) -> int:
     if args.speed:
         return speed_main(args)
     full = args.full or os.environ.get("AIACC_REACH_FULL", "") not in ("", "0")
-    chosen = sample(full)
+    chosen = large_sample() if args.large else sample(full)
     if args.labels:
         wanted = args.labels.split(",")
         unknown = sorted(set(wanted) - {label for label, _ in chosen})
@@ -755,7 +785,7 @@ def main(argv=None) -> int:
                 f.write(json.dumps({k: v for k, v in r.items() if k != "reasons"} |
                                    {"reasons": {str(k): str(v)[:300] for k, v in r["reasons"].items()}}) + "\n")
         print(f"{r['model']:36s} traced={'ok' if r['traced'] else 'FAIL':4s} opaque={r['opaque']!s:4s} "
-              f"verified={r['verified']!s:5s} {r.get('s', 0):5.1f}s {r['error']} "
+              f"verified={r['verified']!s:5s} err={r.get('err', float('nan')):.1e} {r.get('s', 0):5.1f}s {r['error']} "
               f"{'' if r['opaque'] in (0, None) else r['reasons']}", flush=True)
     whole = sum(1 for r in rows if r["opaque"] == 0)
     ok = sum(1 for r in rows if r["verified"])
