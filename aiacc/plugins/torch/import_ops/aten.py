@@ -14,7 +14,7 @@ from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.elementwise import gelu, hardtanh, relu6, silu, softmax_like, unary
 from aiacc.plugins.torch.import_ops.nn import (batch_norm, dropout, f_avgpool, f_bn, f_conv, f_linear, f_maxpool,
                                                layer_norm)
-from aiacc.plugins.torch.import_ops.shape import expand, f_permute, flatten, view
+from aiacc.plugins.torch.import_ops.shape import expand, f_permute, flatten, flip, view
 from aiacc.plugins.torch import export_frontend
 from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, tensor_to_numpy
 
@@ -83,8 +83,10 @@ def _aten_to(imp, x, *args, dtype=None, **kwargs):
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
-        elif isinstance(a, Value):
-            raise Untranslatable("to(tensor)")
+        elif isinstance(a, Value):  # aten.to.other: the other tensor's dtype
+            if a.dtype is None:
+                raise Untranslatable("to(tensor) of a tensor of unknown dtype")
+            dtype = getattr(torch, a.dtype)
     return _to_dtype(imp, x, dtype)
 
 
@@ -132,16 +134,6 @@ def _triangle(upper: bool):
         return imp.op("Where", imp.const(keep), x, imp.scalar_like(0 if x.dtype != "bool" else False, x)
                       if x.dtype != "bool" else imp.const(np.asarray(False)))
     return conv
-
-
-def _flip(imp, x, dims):
-    """flip on a static shape: a Gather of the reversed indices on each flipped axis."""
-    x = tensor(x)
-    shape = imp.shape_of(x)
-    for d in dims:
-        axis = norm_axis(d, len(shape))
-        x = imp.op("Gather", x, imp.const(np.arange(shape[axis] - 1, -1, -1, dtype=np.int64)), axis=axis)
-    return x
 
 
 def _einsum(imp, equation, operands, path=None):
@@ -277,7 +269,9 @@ ATEN.update({
     "new_zeros": _new_constant(0), "new_ones": _new_constant(1), "new_empty": _new_constant(0),
     "new_full": _new_constant(None),
     "triu": _triangle(True), "tril": _triangle(False),
-    "flip": _flip, "einsum": _einsum, "group_norm": _group_norm, "constant_pad_nd": _constant_pad,
+    "flip": flip,
+    "meshgrid": lambda imp, tensors, indexing=None: FUNCTIONS[torch.meshgrid](imp, tensors, indexing=indexing),
+    "einsum": _einsum, "group_norm": _group_norm, "constant_pad_nd": _constant_pad,
     "squeeze": _squeeze_dims, "unfold": METHODS["unfold"],  # Tensor.unfold's (not F.unfold's im2col)
     "copy": _copy, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "upsample_nearest2d": _upsample("nearest"), "upsample_bilinear2d": _upsample("bilinear"),

@@ -45,8 +45,10 @@ def _to(imp, x, *args, **kwargs):
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.dtype):
             target = a
-        elif isinstance(a, Value):
-            raise Untranslatable("to(tensor)")
+        elif isinstance(a, Value):  # x.to(other): other's dtype (and device, which the export ignores)
+            if a.dtype is None:
+                raise Untranslatable("to(tensor) of a tensor of unknown dtype")
+            target = getattr(torch, a.dtype)
     if target is None:
         return x  # a device move: the exported module runs wherever it is put
     dtype = str(target).replace("torch.", "")
@@ -231,6 +233,49 @@ def expand(imp, x, *sizes):
     offset = len(sizes) - len(shape)
     target = [shape[i - offset] if int(s) == -1 else int(s) for i, s in enumerate(sizes)]
     return imp.op("Expand", x, imp.ints(target))
+
+
+@FUNCTIONS.register(torch.meshgrid, torch._C._VariableFunctions.meshgrid)  # the second: torch.export's call
+def _meshgrid(imp, *tensors, indexing=None):
+    """torch.meshgrid of 1-d tensors: each reshaped onto its own axis and expanded to the grid ("ij", the
+    default; "xy" swaps the first two axes, as numpy's)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    ts = [tensor(t) for t in tensors]
+    if any(rank(t) > 1 for t in ts):
+        raise Untranslatable("meshgrid of tensors that are not 1-d")
+    sizes = [int(np.prod(imp.shape_of(t))) for t in ts]
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) >= 2:
+        axes[0], axes[1] = 1, 0
+    grid = [sizes[axes.index(k)] for k in range(len(ts))]
+    out = []
+    for t, axis in zip(ts, axes):
+        shape = [1] * len(ts)
+        shape[axis] = -1
+        out.append(imp.op("Expand", imp.op("Reshape", t, imp.ints(shape)), imp.ints(grid)))
+    return tuple(out)
+
+
+def flip(imp, x, dims):
+    """flip on a static shape: a Gather of the reversed indices on each flipped axis."""
+    x = tensor(x)
+    shape = imp.shape_of(x)
+    for d in ([dims] if isinstance(dims, int) else dims):
+        axis = norm_axis(d, len(shape))
+        x = imp.op("Gather", x, imp.const(np.arange(shape[axis] - 1, -1, -1, dtype=np.int64)), axis=axis)
+    return x
+
+
+@FUNCTIONS.register(torch.flip)
+@METHODS.register("flip")
+def _f_flip(imp, x, *dims, **kwargs):
+    dims = kwargs.get("dims", dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else list(dims))
+    return flip(imp, x, dims)
+
+
+FUNCTIONS.update({torch.fliplr: lambda imp, x: flip(imp, x, [1]), torch.flipud: lambda imp, x: flip(imp, x, [0])})
+METHODS.update({"fliplr": lambda imp, x: flip(imp, x, [1]), "flipud": lambda imp, x: flip(imp, x, [0])})
 
 
 @METHODS.register("expand_as")
