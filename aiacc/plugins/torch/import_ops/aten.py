@@ -152,12 +152,24 @@ def _squeeze_dims(imp, x, dim=None):
     return FUNCTIONS[torch.squeeze](imp, x, list(dim) if isinstance(dim, (list, tuple)) else dim)
 
 
-def _upsample(mode):
+def _upsample_aa(mode):
+    def conv(imp, x, output_size, align_corners, *scales):
+        """_upsample_*2d_aa(x, output_size, align_corners, [scales_h, scales_w]) or its .vec form
+        (x, output_size, align_corners, scale_factors): antialiased interpolate."""
+        if len(scales) == 1:
+            scales = scales[0] or ()
+        factor = list(scales) if scales and all(s is not None for s in scales) else None
+        return FUNCTIONS[F.interpolate](imp, x, size=None if factor else list(output_size), scale_factor=factor,
+                                        mode=mode, align_corners=align_corners, antialias=True)
+    return conv
+
+
+def _upsample(mode, antialias=False):
     def conv(imp, x, output_size=None, *args):
-        """upsample_*2d.vec(x, output_size, [align_corners,] scale_factors)."""
+        """upsample_*2d.vec(x, output_size, [align_corners,] scale_factors) (the _aa ops: antialiased)."""
         align = args[0] if len(args) == 2 else None
         scales = args[-1] if args else None
-        kw = {"mode": mode}
+        kw = {"mode": mode, "antialias": antialias}
         if align is not None:
             kw["align_corners"] = align
         return FUNCTIONS[F.interpolate](imp, x, size=list(output_size) if output_size else None,
@@ -275,6 +287,7 @@ ATEN.update({
     "squeeze": _squeeze_dims, "unfold": METHODS["unfold"],  # Tensor.unfold's (not F.unfold's im2col)
     "copy": _copy, "slice_scatter": _slice_scatter, "select_scatter": _select_scatter,
     "upsample_nearest2d": _upsample("nearest"), "upsample_bilinear2d": _upsample("bilinear"),
+    "_upsample_bilinear2d_aa": _upsample_aa("bilinear"), "_upsample_bicubic2d_aa": _upsample_aa("bicubic"),
 })
 
 

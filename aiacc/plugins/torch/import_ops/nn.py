@@ -418,7 +418,8 @@ def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corn
         raise Untranslatable("input without spatial axes")
     out = [int(d) for d in example.shape[2:]]
     if antialias:
-        raise Untranslatable("antialias")
+        return _antialiased(imp, x, out, scale_factor if size is None and not recompute_scale_factor else None,
+                            mode, align_corners)
     if mode == "area":
         return adaptive_pool(imp, x, out, n, "avg")
     if mode in _NEAREST:
@@ -440,6 +441,32 @@ def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corn
     if [int(math.floor(float(s) * d)) for s, d in zip(scales, shape[2:])] != out:
         raise Untranslatable(f"scale_factor {scale_factor} in float32 gives another output size than {out}")
     return imp.op("Resize", x, None, imp.const(scales), None, axes=axes, **attrs)
+
+
+def _antialiased(imp, x, out, scale_factor, mode, align_corners):
+    """Antialiased bilinear / bicubic resizing (a downscale that filters first) on static sizes: torch's is
+    separable, so each spatial axis is a fixed linear map, whose matrix is torch's own interpolate of the
+    identity basis along that axis; the IR does two MatMuls (heights, then widths)."""
+    shape = imp.shape_of(x)
+    if mode not in ("bilinear", "bicubic") or len(shape) != 4:
+        raise Untranslatable(f"antialias with mode {mode} on a rank-{len(shape)} input")
+    if np.dtype(x.dtype).kind != "f":
+        raise Untranslatable("antialias on a non-floating input")
+    scales = None if scale_factor is None else \
+        [float(s) for s in (scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * 2)]
+    kw = dict(size=tuple(out)) if scales is None else dict(scale_factor=tuple(scales))
+    n_h, n_w = shape[2], shape[3]
+    # probes constant along the other axis (whose normalized filter then passes them unchanged): torch's
+    # filter on a size-1 axis is not the one it uses at the real size, so the probes keep both real sizes
+    probe_h = torch.eye(n_h, dtype=torch.float64).reshape(n_h, 1, n_h, 1).expand(n_h, 1, n_h, n_w)
+    probe_w = torch.eye(n_w, dtype=torch.float64).reshape(n_w, 1, 1, n_w).expand(n_w, 1, n_h, n_w)
+    mats = [F.interpolate(probe_h, mode=mode, align_corners=align_corners, antialias=True, **kw)[:, 0, :, 0],
+            F.interpolate(probe_w, mode=mode, align_corners=align_corners, antialias=True, **kw)[:, 0, 0, :]]
+    mats = [np.ascontiguousarray(m.numpy().astype(x.dtype)) for m in mats]  # (n_in, n_out) each
+    # each matrix on the right (the form the passes and the lowering take as a weight)
+    cols = imp.op("MatMul", imp.op("Transpose", x, perm=[0, 1, 3, 2]), imp.const(mats[0]))  # (N, C, W, out_h)
+    rows = imp.op("Transpose", cols, perm=[0, 1, 3, 2])  # (N, C, out_h, W)
+    return imp.op("MatMul", rows, imp.const(mats[1]))  # (N, C, out_h, out_w)
 
 
 FUNCTIONS[F.interpolate] = interpolate
