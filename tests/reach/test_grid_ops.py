@@ -1,6 +1,6 @@
 """Ops timm's newer ViTs (gemma4_vit's rotary position grid) brought up: torch.meshgrid ("ij" and "xy"),
-flip / fliplr / flipud, x.to(other) (other's dtype), and naflexvit's antialiased interpolate. Each becomes IR under both frontends and equals
-torch on a fresh input."""
+flip / fliplr / flipud, x.to(other) (other's dtype), and naflexvit's antialiased interpolate. Each becomes IR
+under both frontends and equals torch on a fresh input."""
 from __future__ import annotations
 
 import warnings
