@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 import torch
 import torch.nn.functional as F
 
@@ -118,15 +120,16 @@ def _pool(b, n, kind):
         auto_pad=n.attr("auto_pad"), strides=n.attr("strides"), dilations=n.attr("dilations"), pads=n.attr("pads")))
     x = n.arg(0)
     half = pads[:k]
+    ceil = bool(n.attr("ceil_mode", 0))
     if pads[:k] != pads[k:] or any(p * 2 > kk for p, kk in zip(pads[:k], kernel)):
-        if kind == "avg":
-            raise UnsupportedError(f"node {n.name}: AveragePool with asymmetric or oversized pads {pads}")
+        # torch pools take one symmetric pad of at most half the window: pad explicitly instead
         torch_pads = []
         for i in range(k - 1, -1, -1):
             torch_pads += [pads[i], pads[k + i]]
+        if kind == "avg":
+            return _padded_avg_pool(b, n, x, shape, kernel, strides, dilations, torch_pads, ceil)
         x = b.call(F.pad, x, torch_pads, "constant", float("-inf"))
         half = [0] * k
-    ceil = bool(n.attr("ceil_mode", 0))
     if kind == "max":
         if len(n.outputs) > 1 and n.outputs[1].uses:
             raise UnsupportedError(f"node {n.name}: MaxPool indices output")
@@ -136,6 +139,22 @@ def _pool(b, n, kind):
         raise UnsupportedError(f"node {n.name}: dilated AveragePool")
     fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[k]
     return b.call(fn, x, kernel, strides, half, ceil, bool(n.attr("count_include_pad", 0)))
+
+
+def _padded_avg_pool(b, n, x, shape, kernel, strides, dilations, torch_pads, ceil):
+    """AveragePool with pads torch's pools cannot take: a window sum over the zero-padded input divided by a
+    constant count of the elements each window holds (the pads among them only with count_include_pad), as
+    the reference kernel divides."""
+    if any(d != 1 for d in dilations):
+        raise UnsupportedError(f"node {n.name}: dilated AveragePool")
+    k = len(kernel)
+    fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[k]
+    pad_counts = 1.0 if n.attr("count_include_pad", 0) else 0.0
+    ones = F.pad(torch.ones((1, 1, *shape[2:]), dtype=torch.float64), torch_pads, "constant", pad_counts)
+    # both pools divide each window by the same size, so their ratio is the window's sum over its count
+    counts = fn(ones, kernel, strides, 0, ceil, True).numpy().astype(np.dtype(n.outputs[0].dtype or "float32"))
+    padded = b.call(F.pad, x, torch_pads, "constant", 0.0)
+    return b.call(torch.div, b.call(fn, padded, kernel, strides, 0, ceil, True), b.constant(counts))
 
 
 LOWERINGS.add("MaxPool", lambda b, n: _pool(b, n, "max"))
