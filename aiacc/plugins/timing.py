@@ -8,6 +8,19 @@ import statistics
 import time
 from typing import Any, Callable
 
+# Level 3 keeps a per-node kernel only where it timed at most this fraction of level 2's: a node timed alone at
+# 0.96-0.99x is within the drift of this machine, and such keeps once left a whole MobileNetV3 at 1.12x level 2.
+KEEP_BELOW = 0.95
+
+
+def keep_note(what: str, ratio: float) -> tuple[bool, str]:
+    """(kept, note) for a per-node candidate timed at `ratio` of level 2's time, by KEEP_BELOW."""
+    if ratio < KEEP_BELOW:
+        return True, f"kept: {what} {ratio:.2f}x"
+    if ratio < 1.0:
+        return False, f"dropped: {what} {ratio:.2f}x, not below {KEEP_BELOW:.2f}x"
+    return False, f"dropped: {what} slower {ratio:.2f}x"
+
 
 def interleaved_times(fns: dict[str, Callable[[], Any]], rounds: int = 5, warmup: int = 0,
                       max_rounds: int | None = None, max_seconds: float = float("inf"),

@@ -30,3 +30,11 @@ def test_a_close_call_is_measured_longer_up_to_max_rounds():
     assert len(interleaved_times(fns, rounds=2, max_rounds=50, max_seconds=0.0, ambiguous=every)["a"]) == 2
     clear = {"a": lambda: time.sleep(0.02), "b": lambda: None}  # 20 ms against nothing: never within 50%
     assert len(interleaved_times(clear, rounds=2, max_rounds=6, ambiguous=0.5)["a"]) == 2
+
+
+def test_a_per_node_kernel_is_kept_only_clearly_below_level_2():
+    from aiacc.plugins.timing import KEEP_BELOW, keep_note
+
+    assert keep_note("k", KEEP_BELOW - 0.01) == (True, f"kept: k {KEEP_BELOW - 0.01:.2f}x")
+    assert keep_note("k", 0.97) == (False, "dropped: k 0.97x, not below 0.95x")  # within this machine's drift
+    assert keep_note("k", 1.3) == (False, "dropped: k slower 1.30x")

@@ -27,6 +27,7 @@ from aiacc.core.ops import get_schema
 from aiacc.core.ops.fused import parse_program
 from aiacc.core.runtime.numba_kernels import FusedKernel, fused_elementwise_kernel
 from aiacc.errors import UnsupportedError
+from aiacc.plugins.timing import KEEP_BELOW
 
 QUALNAME = "aiacc::fused_elementwise"
 _NP_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
@@ -278,7 +279,8 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
     """For each aiacc::FusedElementwise node of an inference graph decide between the numba op, the
     program's ops as torch calls (the exporter's own lowering, peepholes included) and, for a SiLU right after
     a convolution (epilogue_conv), the convolution's oneDNN post-op: time each against the torch calls on
-    random tensors of the node's input shapes (constants as they are), keep the fastest. Writes
+    random tensors of the node's input shapes (constants as they are), keep the fastest where it timed under
+    timing.KEEP_BELOW of the torch calls. Writes
     node.meta[META_KEY] = (kept numba op, note), on an absorbing FusedConv meta[EPILOGUE_KEY] = its post-op,
     and returns {node name: note} ("kept: numba 0.41x", "kept: conv epilogue swish 0.80x", "dropped:
     slower 1.30x", "dropped: ..." when it cannot run). After the level-3 pass (graph.meta["elementwise_fusion"])
@@ -333,8 +335,10 @@ def choose_fusions(graph, timer=None) -> dict[str, str]:
                     else:
                         best = min(ratios, key=ratios.get)
                         r = ratios[best]
-                        if r >= 1.0:
-                            decision = (False, f"dropped: slower {ratios.get('numba', r):.2f}x" + (
+                        if r >= KEEP_BELOW:
+                            told = f"slower {ratios.get('numba', r):.2f}x" if r >= 1.0 else \
+                                f"{best} {r:.2f}x, not below {KEEP_BELOW:.2f}x"
+                            decision = (False, f"dropped: {told}" + (
                                 f" (conv epilogue {ratios['epilogue']:.2f}x)" if "epilogue" in ratios else ""))
                         elif best == "numba":
                             decision = (True, f"kept: numba {r:.2f}x")

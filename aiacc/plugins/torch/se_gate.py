@@ -363,7 +363,7 @@ def choose(graph: Graph, timer=None) -> dict[str, str]:
 def _measured(seen: dict, key: tuple, what: str, kind: str, timer, make_pair) -> tuple:
     """(kept, note, kind) for one candidate form against level 2's: `make_pair()` gives (fused, unfused)
     callables, timed once per `key` (the decision is kept in `seen` for nodes of the same shapes); kept only
-    where faster, dropped where slower or where it fails here."""
+    where clearly faster (timing.KEEP_BELOW), dropped otherwise or where it fails here."""
     decision = seen.get(key)
     if decision is None:
         try:
@@ -371,9 +371,9 @@ def _measured(seen: dict, key: tuple, what: str, kind: str, timer, make_pair) ->
         except Exception as e:  # noqa: BLE001  (a form that cannot run here is not kept)
             decision = (False, f"dropped: {what} failed ({type(e).__name__}: {e})", kind)
         else:
-            r = f / u if u > 0 else float("inf")
-            decision = (True, f"kept: {what} {r:.2f}x", kind) if r < 1.0 else \
-                (False, f"dropped: {what} slower {r:.2f}x", kind)
+            from aiacc.plugins.timing import keep_note
+
+            decision = (*keep_note(what, f / u if u > 0 else float("inf")), kind)
         seen[key] = decision
     return decision
 
