@@ -1,0 +1,124 @@
+"""Level 3's whole-network guard (torch native backend): the per-node choices (numba elementwise, the conv
+epilogue, SE squeeze/gate, 1x1 conv as GEMM, depthwise numba) are each timed alone, and a few nodes timed at
+0.96-0.99x can add up to a network slower than level 2. So where level 3 kept any such kernel, the export also
+builds level 2's lowering of the same graph (every kept decision treated as dropped); optimize times both
+modules interleaved on the example inputs and returns level 2's unless level 3 timed under timing.KEEP_BELOW of
+it. Reported as the `elementwise_fusion` note "level 3 as a whole".
+
+Skipped where nothing was kept, where an environment switch forces a kernel on (a test or a user asking for
+it), and with AIACC_LEVEL3_GUARD=off."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+GUARD_ENV = "AIACC_LEVEL3_GUARD"  # "on" (default) or "off"
+NOTE_KEY = "level 3 as a whole"  # the key of the guard's note among the per-node notes
+
+# the switches that force a level-3 kernel on: then the kernel is what was asked for, not guarded
+FORCING = {"AIACC_FUSED_ELEMENTWISE": "numba", "AIACC_SE_GATE": "on", "AIACC_SE_SQUEEZE": "on",
+           "AIACC_CONV1X1_GEMM": "on", "AIACC_DEPTHWISE": "on"}
+
+
+def _decision_keys() -> tuple[str, ...]:
+    from aiacc.plugins.torch import numba_op, numba_op_depthwise, pointwise, se_gate
+
+    return numba_op.META_KEY, se_gate.META_KEY, pointwise.META_KEY, numba_op_depthwise.META_KEY
+
+
+def kept_any(graph) -> bool:
+    """Whether level 3 kept any per-node kernel (or a conv epilogue) in `graph`."""
+    from aiacc.plugins.torch.numba_op import EPILOGUE_KEY, META_KEY
+
+    keys = _decision_keys()
+    for node in graph:
+        if node.meta.get(EPILOGUE_KEY) is not None or node.meta.get(META_KEY + ".form"):
+            return True
+        if any((d := node.meta.get(k)) and d[0] for k in keys):
+            return True
+    return False
+
+
+def skip_reason(graph) -> str | None:
+    """Why the guard does not run on `graph` (None: it runs)."""
+    if os.environ.get(GUARD_ENV, "on").lower() == "off":
+        return f"{GUARD_ENV}=off"
+    forced = [f"{k}={v}" for k, v in FORCING.items() if os.environ.get(k, "").lower() == v]
+    if forced:
+        return f"{', '.join(forced)} forces a kernel on"
+    if not kept_any(graph):
+        return "nothing kept"
+    return None
+
+
+def as_level2(graph):
+    """A copy of `graph` with every level-3 kept decision dropped: what the export lowers as level 2 does."""
+    from aiacc.plugins.torch.numba_op import EPILOGUE_KEY, META_KEY
+
+    g = graph.copy()
+    keys = _decision_keys()
+    for node in g:
+        node.meta.pop(EPILOGUE_KEY, None)
+        node.meta.pop(META_KEY + ".form", None)
+        for k in keys:
+            d = node.meta.get(k)
+            if d and d[0]:
+                node.meta[k] = (False, "dropped: level 3 as a whole", *d[2:])
+    return g
+
+
+def time_pair(level3: Any, level2: Any, args: tuple, kwargs: dict) -> tuple[float, float]:
+    """Median ms per call of each module on the example inputs, interleaved (timing.interleaved_medians),
+    more rounds while the two are within 10% of each other, about two seconds at most."""
+    import torch
+
+    from aiacc.plugins.timing import interleaved_medians
+
+    with torch.no_grad():
+        ms = interleaved_medians({"level 3": lambda: level3(*args, **kwargs), "level 2": lambda: level2(*args, **kwargs)},
+                                 rounds=5, warmup=2, max_rounds=21, max_seconds=2.0, ambiguous=0.1)
+    return ms["level 3"], ms["level 2"]
+
+
+TIMER: Callable[[Any, Any, tuple, dict], tuple[float, float]] = time_pair  # tests replace it
+
+
+def choose(plugin: Any, model: Any, out: Any, example_inputs: Any) -> Any:
+    """optimize's guard: `out` (level 3's verified native module, carrying `_aiacc_make_level2` where the
+    guard applies) or level 2's lowering of the same graph, whichever the rule above picks; the note goes into
+    the module's `aiacc_fused_elementwise` notes. Level 2's module is checked against the original's outputs
+    on the example inputs before it is returned (otherwise level 3 stays, said in the note)."""
+    make = out.__dict__.pop("_aiacc_make_level2", None)
+    notes = getattr(out, "aiacc_fused_elementwise", None)
+    if make is None or example_inputs is None or notes is None:
+        return out
+    from aiacc.core.compare import compare_outputs
+    from aiacc.plugins.timing import KEEP_BELOW
+    from aiacc.plugins.torch.importer import normalize_inputs
+
+    try:
+        level2 = make()
+        args, kwargs = normalize_inputs(model, example_inputs)
+        ms3, ms2 = TIMER(out, level2, tuple(args), dict(kwargs))
+    except Exception as e:  # noqa: BLE001  (the guard cannot run: level 3 as verified stays)
+        notes[NOTE_KEY] = f"not measured ({type(e).__name__}: {e}); level 3 kept"
+        return out
+    r = ms3 / ms2 if ms2 > 0 else float("inf")
+    if r < KEEP_BELOW:
+        notes[NOTE_KEY] = f"kept {r:.2f}x of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms)"
+        return out
+    problem = compare_outputs(plugin.run(model, example_inputs), plugin.run(level2, example_inputs),
+                              plugin.rtol, plugin.atol)
+    if problem:
+        notes[NOTE_KEY] = f"{r:.2f}x of level 2, but level 2's lowering differs ({problem}); level 3 kept"
+        return out
+    told = f"{r:.2f}x, not below {KEEP_BELOW:.2f}x" if r < 1.0 else f"slower {r:.2f}x"
+    level2_notes = {k: (f"dropped (level 3 as a whole): {v[len('kept: '):]}" if v.startswith("kept") else v)
+                    for k, v in notes.items()}
+    level2_notes[NOTE_KEY] = f"dropped: level 3 as a whole {told} of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms), " \
+                             f"level 2's lowering used"
+    level2.aiacc_fused_elementwise = level2_notes
+    for name in ("_aiacc_make_ort", "aiacc_report"):  # backend="auto"'s onnxruntime twin, the pass report
+        if name in out.__dict__:
+            object.__setattr__(level2, name, out.__dict__.pop(name))
+    return level2
