@@ -15,6 +15,8 @@ What fx does not handle the way aiacc needs, and what this tracer does about it:
   computed from the original parameters in the graph (and gets gradients in train mode).
 - A module the forward creates while it runs (`CrossEntropyLoss()` in transformers' heads) has no name in
   the model; fx raises NameError for it. The tracer traces its forward inline instead.
+- GraphModule registers a plain tensor attribute of the model, or a tensor the forward makes
+  (`_tensor_constant0`), as a buffer of its own; they are made plain attributes again (constants, not state).
 """
 from __future__ import annotations
 
@@ -438,6 +440,22 @@ _INPLACE_DUNDERS = ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloo
                     "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__")
 
 
+def _constants_not_buffers(gm: fx.GraphModule, module: nn.Module) -> None:
+    """GraphModule registers every tensor a get_attr names as a buffer of its own: a plain tensor attribute
+    of the model (`self.w = torch.tensor(...)`) or a tensor the forward makes, which fx lifts as
+    `_tensor_constant0`. They are not the model's state: made plain attributes again, so the importer
+    reads them as constants (in train mode it would look them up as state of the model, which has none)."""
+    state = {id(t) for t in module.parameters()} | {id(t) for t in module.buffers()}
+    originals = {id(m) for m in module.modules()}
+    for qualname, t in list(gm.named_buffers()):
+        owner_name, _, field = qualname.rpartition(".")
+        owner = gm.get_submodule(owner_name)
+        if id(t) in state or id(owner) in originals:
+            continue
+        del owner._buffers[field]
+        setattr(owner, field, t)  # no longer in _buffers: nn.Module keeps it as a plain attribute
+
+
 def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
                  leaf_types: tuple[type, ...], example_args: dict[str, Any] | None = None,
                  given: set[str] | None = None) -> tuple[fx.GraphModule, dict[str, str]]:
@@ -457,6 +475,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
         with capture_autograd_functions(tracer), proxy_patches(tracer):
             graph = tracer.trace(module, concrete_args=concrete_args)
         gm = fx.GraphModule(tracer.root, graph, type(module).__name__)
+        _constants_not_buffers(gm, module)
         gm.meta["aiacc.returned_spec"] = tracer.returned_spec
         return gm, tracer.forced_leaves
     except Exception as e:  # noqa: BLE001
