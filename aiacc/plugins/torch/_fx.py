@@ -17,6 +17,8 @@ What fx does not handle the way aiacc needs, and what this tracer does about it:
   the model; fx raises NameError for it. The tracer traces its forward inline instead.
 - GraphModule registers a plain tensor attribute of the model, or a tensor the forward makes
   (`_tensor_constant0`), as a buffer of its own; they are made plain attributes again (constants, not state).
+- transformers' ModelOutput.to_tuple drops None fields; a proxy field that is None on the example (read off
+  an opaque call's output) is dropped too, so return_dict=False tuples keep the original's length.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import contextlib
 import copy
 import inspect
 import operator
+import sys
 from typing import Any
 
 import torch
@@ -403,8 +406,29 @@ def proxy_patches(tracer: "AiaccTracer"):
     added_ids = autowrap_ids - tracer._autowrap_function_ids
     tracer._autowrap_function_ids |= added_ids
 
+    # transformers' ModelOutput.to_tuple (return_dict=False) drops the fields that are None; a field read off
+    # an opaque call's output (`encoder_outputs.past_key_values`) is a proxy, None only when run: one that
+    # is None on the example is dropped too, so the tuple has the original's length (fixed like a shape)
+    generic = sys.modules.get("transformers.utils.generic")
+    model_output = getattr(generic, "ModelOutput", None)
+    original_to_tuple = model_output.to_tuple if model_output is not None else None
+
+    def patched_to_tuple(self):
+        def none_on_example(v):
+            # only a field read off another object can be None when run (an op's result is a tensor): the
+            # others are kept without running the example
+            if not isinstance(v, Proxy) or v.tracer is not tracer or v.node.target not in (getattr, operator.getitem):
+                return False
+            try:
+                return tracer.example_value(v.node) is None
+            except Exception:  # noqa: BLE001 - no example value: kept, as fx would
+                return False
+        return tuple(v for v in original_to_tuple(self) if not none_on_example(v))
+
     for name, original in factories.items():
         setattr(torch, name, factory(original))
+    if model_output is not None:
+        model_output.to_tuple = patched_to_tuple
     Proxy.__getattr__ = patched_getattr
     Proxy.__len__ = patched_len
     Proxy.__setitem__ = patched_setitem
@@ -417,6 +441,8 @@ def proxy_patches(tracer: "AiaccTracer"):
             setattr(torch, name, original)
         Proxy.__len__ = original_len
         Proxy.__getattr__ = original_getattr
+        if model_output is not None:
+            model_output.to_tuple = original_to_tuple
         st._wrapped_fns_to_patch.update(wrapped_fns)
         tracer._autowrap_function_ids -= added_ids
         st._wrapped_methods_to_patch.extend(wrapped_methods)
