@@ -68,19 +68,62 @@ def as_level2(graph):
 
 
 def time_pair(level3: Any, level2: Any, args: tuple, kwargs: dict) -> tuple[float, float]:
-    """Median ms per call of each module on the example inputs, interleaved (timing.interleaved_medians),
-    more rounds while the two are within 10% of each other, about two seconds at most."""
+    """(level 3, level 2) in ms per call on the example inputs, timed interleaved (timing.interleaved_times):
+    level 2's median, and level 3's as that times the median of the per-round ratios (each round's two calls
+    ran back to back, so a ratio of one round is not moved by the load changing between rounds); more rounds
+    while the two are within 10% of each other, about three seconds at most."""
+    import statistics
+
     import torch
 
-    from aiacc.plugins.timing import interleaved_medians
+    from aiacc.plugins.timing import interleaved_times
 
     with torch.no_grad():
-        ms = interleaved_medians({"level 3": lambda: level3(*args, **kwargs), "level 2": lambda: level2(*args, **kwargs)},
-                                 rounds=5, warmup=2, max_rounds=21, max_seconds=2.0, ambiguous=0.1)
-    return ms["level 3"], ms["level 2"]
+        t = interleaved_times({"level 3": lambda: level3(*args, **kwargs), "level 2": lambda: level2(*args, **kwargs)},
+                              rounds=9, warmup=2, max_rounds=41, max_seconds=3.0, ambiguous=0.1)
+    ms2 = statistics.median(t["level 2"]) * 1e3
+    ratio = statistics.median(a / b for a, b in zip(t["level 3"], t["level 2"]) if b > 0)
+    return ratio * ms2, ms2
 
 
 TIMER: Callable[[Any, Any, tuple, dict], tuple[float, float]] = time_pair  # tests replace it
+
+
+def verdict(ms3: float, ms2: float) -> str:
+    """The guard's note for level 3 timed at `ms3` ms and level 2's lowering at `ms2` ms."""
+    from aiacc.plugins.timing import KEEP_BELOW
+
+    r = ms3 / ms2 if ms2 > 0 else float("inf")
+    if r < KEEP_BELOW:
+        return f"kept {r:.2f}x of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms)"
+    told = f"{r:.2f}x, not below {KEEP_BELOW:.2f}x" if r < 1.0 else f"slower {r:.2f}x"
+    return f"dropped: level 3 as a whole {told} of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms), level 2's lowering used"
+
+
+def graph_note(graph) -> str | None:
+    """For `aiacc inspect --optimize --level 3` (a graph, no original module, no example inputs): after
+    numba_op.choose_fusions decided `graph`'s nodes, the guard's note as the torch native export would reach it,
+    timed now on random inputs of the graph's input shapes; None where the guard would not run."""
+    if skip_reason(graph) is not None:
+        return None
+    import numpy as np
+    import torch
+
+    from aiacc.plugins.torch import export_ops  # noqa: F401  (the exporter's op table)
+    from aiacc.plugins.torch.exporter import export
+
+    rng = np.random.default_rng(0)
+    xs = []
+    for v in graph.inputs:
+        if v.shape is None or not all(isinstance(d, int) for d in v.shape) or v.dtype not in ("float32", "float64"):
+            return f"not timed: input {v.name} has no fixed float shape; level 3 as chosen"
+        xs.append(torch.from_numpy(rng.standard_normal(v.shape).astype(v.dtype)))
+    level2 = as_level2(graph)
+    try:
+        ms3, ms2 = TIMER(export(graph, None), export(level2, None), tuple(xs), {})
+    except Exception as e:  # noqa: BLE001
+        return f"not measured ({type(e).__name__}: {e}); level 3 as chosen"
+    return verdict(ms3, ms2) + " (as the torch native export would choose, measured now)"
 
 
 def choose(plugin: Any, model: Any, out: Any, example_inputs: Any) -> Any:
@@ -105,18 +148,16 @@ def choose(plugin: Any, model: Any, out: Any, example_inputs: Any) -> Any:
         return out
     r = ms3 / ms2 if ms2 > 0 else float("inf")
     if r < KEEP_BELOW:
-        notes[NOTE_KEY] = f"kept {r:.2f}x of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms)"
+        notes[NOTE_KEY] = verdict(ms3, ms2)
         return out
     problem = compare_outputs(plugin.run(model, example_inputs), plugin.run(level2, example_inputs),
                               plugin.rtol, plugin.atol)
     if problem:
         notes[NOTE_KEY] = f"{r:.2f}x of level 2, but level 2's lowering differs ({problem}); level 3 kept"
         return out
-    told = f"{r:.2f}x, not below {KEEP_BELOW:.2f}x" if r < 1.0 else f"slower {r:.2f}x"
     level2_notes = {k: (f"dropped (level 3 as a whole): {v[len('kept: '):]}" if v.startswith("kept") else v)
                     for k, v in notes.items()}
-    level2_notes[NOTE_KEY] = f"dropped: level 3 as a whole {told} of level 2 ({ms3:.2f} ms vs {ms2:.2f} ms), " \
-                             f"level 2's lowering used"
+    level2_notes[NOTE_KEY] = verdict(ms3, ms2)
     level2.aiacc_fused_elementwise = level2_notes
     for name in ("_aiacc_make_ort", "aiacc_report"):  # backend="auto"'s onnxruntime twin, the pass report
         if name in out.__dict__:

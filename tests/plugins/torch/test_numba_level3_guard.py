@@ -24,6 +24,7 @@ def kernels_win(monkeypatch, tmp_path):
     for env in (*level3_guard.FORCING, level3_guard.GUARD_ENV):
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setattr(numba_op, "_time_pair", lambda f, u: (f(), u(), (1.0, 2.0))[2])
+    return tmp_path
 
 
 def _whole(monkeypatch, ms3, ms2):
@@ -92,3 +93,37 @@ def test_nothing_kept_is_not_timed(monkeypatch, kernels_win):
     seen = _whole(monkeypatch, 2.0, 1.0)
     m = aiacc.optimize(Net().eval(), _inputs(), level=3)
     assert not seen and not _aiacc_ops(m)
+
+
+@pytest.mark.parametrize("ms3, want", [(1.2, "dropped: level 3 as a whole slower 1.20x of level 2"),
+                                       (0.5, "kept 0.50x of level 2")])
+def test_graph_note_for_inspect(monkeypatch, kernels_win, ms3, want):
+    """graph_note (for `aiacc inspect --optimize --level 3`): an imported graph's level-3 and level-2 lowerings
+    exported without an original module and timed on random inputs of its input shapes."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from aiacc.cli import load_graph, optimize_graph
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Tanh", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["t"]),
+             helper.make_node("Add", ["t", "c"], ["y"])]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w])
+    path = kernels_win / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    graph = load_graph(str(path))
+    optimize_graph(graph, level=3)
+    assert any(v.startswith("kept: numba") for v in numba_op.choose_fusions(graph).values())
+    seen = _whole(monkeypatch, ms3, 1.0)
+    note = level3_guard.graph_note(graph)
+    assert note.startswith(want) and note.endswith("measured now)"), note
+    (m3, m2), = seen
+    x = torch.randn(1, 3, 16, 16)
+    assert _aiacc_ops(m3) and not _aiacc_ops(m2)
+    with torch.no_grad():
+        torch.testing.assert_close(m3(x), m2(x), rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv(level3_guard.GUARD_ENV, "off")
+    assert level3_guard.graph_note(graph) is None
