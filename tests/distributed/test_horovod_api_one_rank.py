@@ -68,6 +68,47 @@ def test_backward_passes_per_step_accumulates_then_communicates_once(hvd):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("plan", ["aiacc", "cut"])
+@pytest.mark.parametrize("passes", [1, 2])
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_zero_grad_either_way_gives_plain_training(hvd, set_to_none, passes, plan):
+    """zero_grad(set_to_none=False) zeroes every gradient in place; set_to_none=True zeroes those that live
+    in their buckets in place (backward accumulates into the bucket) and drops the others (cut over
+    buckets): both end each step with the gradients held whole in their bucket's buffer and the
+    parameters of plain training, with backward_passes_per_step accumulating, and with tensors cut."""
+    from tests.distributed._plans import cut_in_bucket_plan
+
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(4, 4, generator=g), torch.randn(4, 2, generator=g)) for _ in range(6 * passes)]
+    ref = _model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    model = _model()
+    named = list(model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=named, backward_passes_per_step=passes,
+                                   plan="aiacc" if plan == "aiacc" else cut_in_bucket_plan(named))
+    for i in range(0, len(batches), passes):
+        ref_opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
+        if i:
+            kept = set(opt._aiacc_scheduler.executor.homes) if set_to_none else set(dict(named))
+            for n, p in named:
+                assert (p.grad is not None and not p.grad.any()) if n in kept else p.grad is None, n
+        for x, y in batches[i:i + passes]:
+            torch.nn.functional.mse_loss(ref(x), y).backward()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        ex = opt._aiacc_scheduler.executor  # this step's (the step after profiling installs a new one)
+        opt.step()
+        ref_opt.step()
+        flats = {f.untyped_storage().data_ptr() for f in ex.flats if f is not None}
+        whole = set(ex.homes)
+        assert whole  # every plan here holds some gradient whole
+        for n, p in named:  # a gradient held whole is its bucket's slice; one cut over buckets is not
+            assert (p.grad.untyped_storage().data_ptr() in flats) == (n in whole), n
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)
+
+
 def test_unknown_compression_is_refused(hvd):
     model = _model()
     with pytest.raises(CommError, match="unknown compression 'float16'"):
