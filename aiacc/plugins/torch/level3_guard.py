@@ -10,6 +10,7 @@ it), and with AIACC_LEVEL3_GUARD=off."""
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Callable
 
 GUARD_ENV = "AIACC_LEVEL3_GUARD"  # "on" (default) or "off"
@@ -88,6 +89,23 @@ def time_pair(level3: Any, level2: Any, args: tuple, kwargs: dict) -> tuple[floa
 
 TIMER: Callable[[Any, Any, tuple, dict], tuple[float, float]] = time_pair  # tests replace it
 
+# level 2's lowering for each exported level-3 module, until optimize's guard takes it: kept beside the module,
+# not on it, so a module exported outside optimize (aiacc.export) still pickles (a closure would not)
+_PENDING: "weakref.WeakKeyDictionary[Any, Callable[[], Any]]" = weakref.WeakKeyDictionary()
+
+
+def attach(module: Any, make_level2: Callable[[], Any]) -> None:
+    """Remember how to build level 2's lowering of `module`'s graph, for `choose`."""
+    _PENDING[module] = make_level2
+
+
+def pending(module: Any) -> bool:
+    """Whether `module` waits for the guard (export attached a level-2 lowering to it)."""
+    try:
+        return module in _PENDING
+    except TypeError:  # not weak-referenceable: nothing was attached
+        return False
+
 
 def verdict(ms3: float, ms2: float) -> str:
     """The guard's note for level 3 timed at `ms3` ms and level 2's lowering at `ms2` ms."""
@@ -127,11 +145,11 @@ def graph_note(graph) -> str | None:
 
 
 def choose(plugin: Any, model: Any, out: Any, example_inputs: Any) -> Any:
-    """optimize's guard: `out` (level 3's verified native module, carrying `_aiacc_make_level2` where the
+    """optimize's guard: `out` (level 3's verified native module, `attach`ed to its level-2 lowering where the
     guard applies) or level 2's lowering of the same graph, whichever the rule above picks; the note goes into
     the module's `aiacc_fused_elementwise` notes. Level 2's module is checked against the original's outputs
     on the example inputs before it is returned (otherwise level 3 stays, said in the note)."""
-    make = out.__dict__.pop("_aiacc_make_level2", None)
+    make = _PENDING.pop(out, None) if pending(out) else None
     notes = getattr(out, "aiacc_fused_elementwise", None)
     if make is None or example_inputs is None or notes is None:
         return out

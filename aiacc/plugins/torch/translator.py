@@ -153,8 +153,8 @@ class TorchPlugin(Plugin):
         gm = export(graph, original)
         if notes:
             gm.aiacc_fused_elementwise = notes  # {node: "kept: numba 0.41x" | "dropped: ..."}, for the report
-        if level2 is not None:  # a plain attribute (nn.Module registers nothing); popped by optimize
-            object.__setattr__(gm, "_aiacc_make_level2", lambda: export(level2, original))
+        if level2 is not None:  # taken by optimize's guard (level3_guard.choose)
+            level3_guard.attach(gm, lambda: export(level2, original))
         return gm
 
     def export_onnxruntime(self, graph: Graph, *, original: Any = None, providers: Any = None,
@@ -279,10 +279,10 @@ class TorchPlugin(Plugin):
         as_eval = options["mode"] == "inference" and model.training
         with aiacc_errors(f"aiacc.optimize of {type(model).__name__}"), _eval_for_inference(model, options["mode"]):
             out = super().optimize(model, example_inputs, **options)
-            if "_aiacc_make_level2" in getattr(out, "__dict__", {}):  # level 3 against level 2, whole network
-                from aiacc.plugins.torch.level3_guard import choose as level3_guard
+            from aiacc.plugins.torch import level3_guard
 
-                out = level3_guard(self, model, out, example_inputs)
+            if level3_guard.pending(out):  # level 3 against level 2, whole network
+                out = level3_guard.choose(self, model, out, example_inputs)
             if auto_backend:  # measured: native or onnxruntime (backend_choice.py)
                 out = _choose_backend(self, model, out, example_inputs)
             if example_inputs is not None and hasattr(out, "register_forward_pre_hook"):

@@ -127,3 +127,31 @@ def test_graph_note_for_inspect(monkeypatch, kernels_win, ms3, want):
         torch.testing.assert_close(m3(x), m2(x), rtol=1e-5, atol=1e-5)
     monkeypatch.setenv(level3_guard.GUARD_ENV, "off")
     assert level3_guard.graph_note(graph) is None
+
+
+@pytest.mark.parametrize("ms3", [0.88, 1.03])
+def test_the_guarded_module_saves_and_nothing_stays_pending(monkeypatch, kernels_win, tmp_path, ms3):
+    """The level-2 twin is kept beside the exported module (not on it), taken by the guard, and what optimize
+    returns, either way, round-trips through torch.save."""
+    model, xs = Net().eval(), _inputs()
+    _whole(monkeypatch, ms3, 1.0)
+    m = aiacc.optimize(model, xs, level=3)
+    assert not level3_guard.pending(m)
+    torch.save(m, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*xs), m(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_module_exported_outside_optimize_still_pickles(monkeypatch, kernels_win, tmp_path):
+    import pickle
+
+    from aiacc.core.passes import run_passes
+
+    model, xs = Net().eval(), _inputs()
+    graph = aiacc.trace(model, xs)
+    run_passes(graph, level=3)
+    gm = aiacc.export(graph, "torch", original=model)
+    assert level3_guard.pending(gm)  # level 3 kept kernels: its level-2 twin waits beside it
+    torch.save(gm, tmp_path / "gm.pt")  # a closure on the module would fail here
+    assert pickle.loads(pickle.dumps(gm.aiacc_fused_elementwise)) == gm.aiacc_fused_elementwise
