@@ -274,13 +274,13 @@ def _measured_fusions(graph) -> list[str]:
     except ImportError as e:
         return [f"kept/dropped not measured: the choice is made by the torch native export, and torch or numba "
                 f"cannot be imported here ({e})"]
-    from aiacc.plugins.torch.level3_guard import graph_note
+    from aiacc.plugins.torch.level3_guard import NOTE_KEY, graph_note
 
     notes = choose_fusions(graph)
     lines = [f"{k}: {v} (as the torch native export would choose, measured now)" for k, v in notes.items()]
     whole = graph_note(graph)  # the whole-network guard: level 3 kept only where the whole module is faster
-    if whole is not None:
-        lines.append(whole if "level 3 as a whole" in whole else f"level 3 as a whole: {whole}")
+    if whole is not None:  # keyed as optimize's pass report keys it
+        lines.append(f"{NOTE_KEY}: {whole}")
     return lines
 
 
