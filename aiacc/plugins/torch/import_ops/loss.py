@@ -110,19 +110,16 @@ def nll_and_total(imp, logp, target, weight=None, reduction="mean", ignore_index
         raise Untranslatable(f"class-index targets of rank {rank(target)} for a rank-{r} input")
     ids = _on_class_axis(imp, imp.const(np.arange(classes, dtype=target.dtype)), r, axis)
     onehot = imp.op("Cast", imp.op("Equal", imp.op("Unsqueeze", target, imp.ints([axis])), ids), to=logp.dtype)
-    kept = imp.op("Cast", imp.op("Not", imp.op("Equal", target, imp.const(np.asarray(ignore_index,
-                                                                                      target.dtype)))),
-                  to=logp.dtype)  # 0 where the target is ignored
-    if w is not None:
-        kept = imp.op("Mul", kept, class_sum(imp.op("Mul", onehot, w)))  # the target's class weight
+    valid = imp.op("Cast", imp.op("Not", imp.op("Equal", target, imp.const(np.asarray(ignore_index,
+                                                                                       target.dtype)))),
+                   to=logp.dtype)  # 0 where the target is ignored
+    # times the target's class weight: each target's share of the "mean" divisor
+    kept = valid if w is None else imp.op("Mul", valid, class_sum(imp.op("Mul", onehot, w)))
     loss = imp.op("Mul", imp.op("Neg", class_sum(imp.op("Mul", logp, onehot))), kept)
     total = _all_axes(imp, "ReduceSum", kept)  # every target ignored: 0 / 0 for "mean", NaN as in torch
     smooth = None
     if ls > 0:
         spread = logp if w is None else imp.op("Mul", logp, w)
-        valid = imp.op("Cast", imp.op("Not", imp.op("Equal", target, imp.const(np.asarray(ignore_index,
-                                                                                         target.dtype)))),
-                       to=logp.dtype)
         smooth = imp.op("Mul", imp.op("Neg", class_sum(spread)), valid)
     if reduction == "mean":
         loss = imp.op("Div", _all_axes(imp, "ReduceSum", loss), total)
