@@ -14,7 +14,7 @@ from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.elementwise import gelu, hardtanh, relu6, silu, softmax_like, unary
 from aiacc.plugins.torch.import_ops.nn import (batch_norm, dropout, f_avgpool, f_bn, f_conv, f_linear, f_maxpool,
                                                layer_norm)
-from aiacc.plugins.torch.import_ops.shape import expand, f_permute, flatten, flip, view
+from aiacc.plugins.torch.import_ops.shape import dtype_of_other, expand, f_permute, flatten, flip, view
 from aiacc.plugins.torch import export_frontend
 from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, tensor_to_numpy
 
@@ -84,9 +84,7 @@ def _aten_to(imp, x, *args, dtype=None, **kwargs):
         if isinstance(a, torch.dtype):
             dtype = a
         elif isinstance(a, Value):  # aten.to.other: the other tensor's dtype
-            if a.dtype is None:
-                raise Untranslatable("to(tensor) of a tensor of unknown dtype")
-            dtype = getattr(torch, a.dtype)
+            dtype = dtype_of_other(a)
     return _to_dtype(imp, x, dtype)
 
 

@@ -35,6 +35,13 @@ def _detach(imp, x):
     return tensor(x)
 
 
+def dtype_of_other(other: Value) -> torch.dtype:
+    """The torch dtype `x.to(other)` (aten.to.other) casts to: the other tensor's."""
+    if other.dtype is None:
+        raise Untranslatable("to(tensor) of a tensor of unknown dtype")
+    return getattr(torch, other.dtype)
+
+
 @METHODS.register("to", "type", "float", "half", "double", "long", "int", "bool")
 def _to(imp, x, *args, **kwargs):
     x = tensor(x)
@@ -46,9 +53,7 @@ def _to(imp, x, *args, **kwargs):
         if isinstance(a, torch.dtype):
             target = a
         elif isinstance(a, Value):  # x.to(other): other's dtype (and device, which the export ignores)
-            if a.dtype is None:
-                raise Untranslatable("to(tensor) of a tensor of unknown dtype")
-            target = getattr(torch, a.dtype)
+            target = dtype_of_other(a)
     if target is None:
         return x  # a device move: the exported module runs wherever it is put
     dtype = str(target).replace("torch.", "")
