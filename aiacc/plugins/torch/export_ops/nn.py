@@ -121,13 +121,15 @@ def _pool(b, n, kind):
     x = n.arg(0)
     half = pads[:k]
     ceil = bool(n.attr("ceil_mode", 0))
+    if kind == "avg" and any(d != 1 for d in dilations):
+        raise UnsupportedError(f"node {n.name}: dilated AveragePool")
     if pads[:k] != pads[k:] or any(p * 2 > kk for p, kk in zip(pads[:k], kernel)):
         # torch pools take one symmetric pad of at most half the window: pad explicitly instead
         torch_pads = []
         for i in range(k - 1, -1, -1):
             torch_pads += [pads[i], pads[k + i]]
         if kind == "avg":
-            return _padded_avg_pool(b, n, x, shape, kernel, strides, dilations, torch_pads, ceil)
+            return _padded_avg_pool(b, n, x, shape, kernel, strides, torch_pads, ceil)
         x = b.call(F.pad, x, torch_pads, "constant", float("-inf"))
         half = [0] * k
     if kind == "max":
@@ -135,18 +137,14 @@ def _pool(b, n, kind):
             raise UnsupportedError(f"node {n.name}: MaxPool indices output")
         fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[k]
         return [b.call(fn, x, kernel, strides, half, dilations, ceil), None]
-    if any(d != 1 for d in dilations):
-        raise UnsupportedError(f"node {n.name}: dilated AveragePool")
     fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[k]
     return b.call(fn, x, kernel, strides, half, ceil, bool(n.attr("count_include_pad", 0)))
 
 
-def _padded_avg_pool(b, n, x, shape, kernel, strides, dilations, torch_pads, ceil):
-    """AveragePool with pads torch's pools cannot take: a window sum over the zero-padded input divided by a
-    constant count of the elements each window holds (the pads among them only with count_include_pad), as
-    the reference kernel divides."""
-    if any(d != 1 for d in dilations):
-        raise UnsupportedError(f"node {n.name}: dilated AveragePool")
+def _padded_avg_pool(b, n, x, shape, kernel, strides, torch_pads, ceil):
+    """AveragePool (undilated) with pads torch's pools cannot take: a window sum over the zero-padded input
+    divided by a constant count of the elements each window holds (the pads among them only with
+    count_include_pad), as the reference kernel divides."""
     k = len(kernel)
     fn = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[k]
     pad_counts = 1.0 if n.attr("count_include_pad", 0) else 0.0
