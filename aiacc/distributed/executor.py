@@ -95,6 +95,8 @@ class PlanExecutor:
         self.left = list(self.pieces)  # pieces of each bucket not yet copied in this step
         self.next = 0  # next bucket (issue order) to start
         self.works: list[tuple[int, torch.Tensor, Any, Any]] = []  # (bucket, wire, work, timeline event)
+        # per bucket with a timeline callback: the future that completes once the callback has run
+        self.callbacks: dict[int, Any] = {}
         self.reduced = [0] * len(self.buckets)  # all-reduces finished per bucket this step (must end at 1)
         self.bytes_step = 0  # bytes handed to dist.all_reduce so far in this step
         # no bucket starts before backward is over (its last gradient is ready, or complete()): a plan made
@@ -173,7 +175,10 @@ class PlanExecutor:
             work = collective(lambda: f"start of all-reduce of bucket {pos} ({self._names(self.buckets[pos])})",
                               lambda: dist.all_reduce(wire, async_op=True))
             if event is not None and hasattr(work, "get_future"):  # hvd.start_timeline: finish time when done
-                work.get_future().add_done_callback(lambda _f, e=event: timeline.bucket_finished(e))
+                # then() (not add_done_callback) hands back a future that wait_for waits on: the Python
+                # callback runs on the transport's thread, and one still running when the process shuts
+                # down makes gloo abort ("terminate called without an active exception")
+                self.callbacks[pos] = work.get_future().then(lambda _f, e=event: timeline.bucket_finished(e))
             self.works.append((pos, wire, work, event))
             self.launched_at.append(len(self.tensors))
             self.bytes_step += wire.element_size() * wire.numel()
@@ -213,6 +218,8 @@ class PlanExecutor:
                                     f"its all-reduce started")
                 _, wire, work, event = self.works[pos]
                 collective(lambda: f"all-reduce of bucket {pos} ({self._names(self.buckets[pos])})", work.wait)
+                if pos in self.callbacks:  # the timeline callback has finished before the step can end
+                    self.callbacks.pop(pos).wait()
                 timeline.bucket_finished(event)  # where the transport had no completion callback
                 self.reduced[pos] += 1
                 flat = self.flats[pos]
