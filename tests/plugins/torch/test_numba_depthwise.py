@@ -2,7 +2,6 @@
 numba_depthwise.py): equal to the convolution for every filter size, stride, padding, layout, bias and
 activation, serial and parallel; level 3 only, measured, equal to level 2, the kernel really runs, the module
 saves and loads; autograd runs the torch ops."""
-import io
 
 import pytest
 
@@ -15,7 +14,8 @@ from torch import nn  # noqa: E402
 import aiacc  # noqa: E402
 from aiacc.core.runtime import numba_depthwise as nd  # noqa: E402
 from aiacc.plugins.torch import numba_op_depthwise as dw  # noqa: E402
-from tests.plugins.torch._helpers import assert_timed_choice, conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import (  # noqa: E402
+    assert_kernel_runs_and_reloads, assert_timed_choice, conv_stack, image_batch)
 
 _ACTS = {"none": lambda y: y, "relu": torch.relu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
          "hardtanh": lambda y: F.hardtanh(y, -0.5, 0.75), "leaky_relu": lambda y: F.leaky_relu(y, 0.2),
@@ -146,19 +146,9 @@ def test_level3_runs_the_kernel_equal_to_level2(monkeypatch):
     assert l3.code.count("depthwise_conv(") == 2  # both depthwise convolutions
     notes = [n for n in l3.aiacc_report["elementwise_fusion"].notes if WHAT_ON in n]
     assert len(notes) == 2, l3.aiacc_report["elementwise_fusion"].notes
-    before = nd.CALLS.count
+    _, got = assert_kernel_runs_and_reloads(l2, l3, x, lambda: nd.CALLS.count, 2)  # once per depthwise conv
     with torch.no_grad():
-        want, got, orig = l2(x), l3(x), model(x)
-    assert nd.CALLS.count == before + 2  # the kernel ran, once per depthwise convolution
-    _close(got, want)
-    _close(got, orig)
-    buf = io.BytesIO()
-    torch.save(l3, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
-    with torch.no_grad():
-        assert (loaded(x) - got).abs().max().item() <= 1e-6
-    assert nd.CALLS.count == before + 4
+        _close(got, model(x))
 
 
 WHAT_ON = f"kept: {dw.WHAT} ({dw.MODE_ENV}=on)"

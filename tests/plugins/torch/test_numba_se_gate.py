@@ -1,7 +1,6 @@
 """Squeeze-excite's gate folded into the projection GEMM and its 1x1 FC convolutions as inner products
 (plugins/torch/se_gate.py): level 3 only, measured, equal to level 2, the gated GEMM really runs, the module
 saves and loads."""
-import io
 
 import pytest
 
@@ -11,7 +10,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
-from tests.plugins.torch._helpers import conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import assert_kernel_runs_and_reloads, conv_stack, image_batch  # noqa: E402
 from aiacc.plugins.torch import se_gate  # noqa: E402
 
 
@@ -71,16 +70,7 @@ def test_level3_runs_the_gated_gemm_equal_to_level2(monkeypatch, gate):
     calls = []
     real = torch.baddbmm
     monkeypatch.setattr(torch, "baddbmm", lambda *a, **k: calls.append(1) or real(*a, **k))
-    with torch.no_grad():
-        want, got = l2(x), l3(x)
-    assert len(calls) == 2  # the gated GEMM ran, once per block
-    assert (got - want).abs().max().item() <= 1e-5 * max(1.0, want.abs().max().item())
-    buf = io.BytesIO()
-    torch.save(l3, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
-    with torch.no_grad():
-        assert (loaded(x) - got).abs().max().item() <= 1e-6
+    assert_kernel_runs_and_reloads(l2, l3, x, lambda: len(calls), 2)  # the gated GEMM: once per block
 
 
 def test_measured_choice_keeps_only_the_faster(monkeypatch):

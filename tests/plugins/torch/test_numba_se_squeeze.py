@@ -1,7 +1,6 @@
 """Squeeze-excite's squeeze (pool, FC, activation, FC, gate activation) as one numba kernel
 (plugins/torch/se_gate.se_squeeze, core/runtime/numba_se.py): level 3 only, measured, equal to level 2, the
 kernel really runs, the module saves and loads."""
-import io
 
 import pytest
 
@@ -12,7 +11,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
-from tests.plugins.torch._helpers import assert_timed_choice, conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import (  # noqa: E402
+    assert_kernel_runs_and_reloads, assert_timed_choice, conv_stack, image_batch)
 from aiacc.core.runtime import numba_se  # noqa: E402
 from aiacc.plugins.torch import se_gate  # noqa: E402
 
@@ -88,18 +88,7 @@ def test_level3_runs_the_kernel_equal_to_level2(monkeypatch, act, gate):
     assert "adaptive_avg_pool2d" not in l3.code  # the pool is in the kernel
     notes = [n for n in l3.aiacc_report["elementwise_fusion"].notes if "se squeeze" in n]
     assert len(notes) == 2, l3.aiacc_report["elementwise_fusion"].notes
-    before = numba_se.CALLS.count
-    with torch.no_grad():
-        want, got = l2(x), l3(x)
-    assert numba_se.CALLS.count == before + 2  # the kernel ran, once per block
-    assert (got - want).abs().max().item() <= 1e-5 * max(1.0, want.abs().max().item())
-    buf = io.BytesIO()
-    torch.save(l3, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
-    with torch.no_grad():
-        assert (loaded(x) - got).abs().max().item() <= 1e-6
-    assert numba_se.CALLS.count == before + 4
+    assert_kernel_runs_and_reloads(l2, l3, x, lambda: numba_se.CALLS.count, 2)  # the kernel: once per block
 
 
 def test_measured_choice_keeps_only_the_faster(monkeypatch):

@@ -1,7 +1,6 @@
 """1x1 convolutions as one GEMM on the activation's memory (plugins/torch/pointwise.py): equal to the
 convolution for every layout, bias, residual and activation; level 3 only, measured, equal to level 2, the
 GEMM really runs, the module saves and loads; autograd runs the torch ops."""
-import io
 
 import pytest
 
@@ -11,7 +10,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import aiacc  # noqa: E402
-from tests.plugins.torch._helpers import assert_timed_choice, conv_stack, image_batch  # noqa: E402
+from tests.plugins.torch._helpers import (  # noqa: E402
+    assert_kernel_runs_and_reloads, assert_timed_choice, conv_stack, image_batch)
 from aiacc.plugins.torch import pointwise  # noqa: E402
 
 _ACTS = {"none": lambda y: y, "relu": torch.relu, "swish": F.silu, "hardswish": F.hardswish,
@@ -84,18 +84,7 @@ def test_level3_runs_the_gemm_equal_to_level2(monkeypatch):
     assert l3.code.count("conv1x1_gemm(") == 4  # expand and project of both blocks (the project with its residual)
     notes = [n for n in l3.aiacc_report["elementwise_fusion"].notes if "1x1 conv as GEMM" in n]
     assert len(notes) == 4 and all(n.endswith(f"kept: 1x1 conv as GEMM ({pointwise.MODE_ENV}=on)") for n in notes)
-    before = pointwise.CALLS.count
-    with torch.no_grad():
-        want, got = l2(x), l3(x)
-    assert pointwise.CALLS.count == before + 4  # the GEMM form ran, once per convolution
-    assert (got - want).abs().max().item() <= 1e-5 * max(1.0, want.abs().max().item())
-    buf = io.BytesIO()
-    torch.save(l3, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
-    with torch.no_grad():
-        assert (loaded(x) - got).abs().max().item() <= 1e-6
-    assert pointwise.CALLS.count == before + 8
+    assert_kernel_runs_and_reloads(l2, l3, x, lambda: pointwise.CALLS.count, 4)  # once per convolution
 
 
 def test_measured_choice_keeps_only_the_faster(monkeypatch):
