@@ -8,6 +8,10 @@
                                             flatten=False)
     aiacc::Attention(q, k, v, mask?)        Softmax((q @ k^T) * scale + mask, axis=-1) @ v
     aiacc::FusedElementwise(x0, x1, ...)    a program of elementwise ops evaluated in one pass
+    aiacc::Embedding(weight, indices)       Gather(weight, indices, axis=0), a table lookup whose row
+                                            `padding_idx` gets no gradient in training (torch's
+                                            nn.Embedding(padding_idx=...) in train mode; inference imports
+                                            a plain Gather)
 
 The reference kernels compose the registry's kernels of the replaced ops, so a fused op computes what its
 decomposition computes. `decompose(node, graph)` rewrites a fused node back into standard ONNX ops (for the
@@ -28,7 +32,7 @@ import numpy as np
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops.elementwise import infer_broadcast
 from aiacc.core.ops.nn import _CONV_ATTRS, infer_conv, infer_gemm, infer_matmul
-from aiacc.core.ops.registry import InferContext, get_schema, op
+from aiacc.core.ops.registry import REQUIRED, InferContext, get_schema, op
 from aiacc.core.ops.shape_utils import broadcast_shapes
 from aiacc.errors import AttributeError_, GraphError
 
@@ -238,6 +242,29 @@ def fused_elementwise(*inputs, program):
     return eval_program(program, inputs)
 
 
+# ------------------------------------------------------------------------------------------------ Embedding
+def infer_embedding(ctx: InferContext) -> list[TensorType | None]:
+    w, idx = ctx.shape(0), ctx.shape(1)
+    if w is not None and len(w) != 2:
+        raise ctx.fail(f"the table must be a matrix [num_embeddings, dim], it has shape {list(w)}")
+    dt = ctx.dtype(1)
+    if dt is not None and not np.issubdtype(np.dtype(dt), np.integer):
+        raise ctx.fail(f"the indices must be integers, they are {dt}")
+    p = ctx.attrs["padding_idx"]
+    if w is not None and isinstance(w[0], int) and not 0 <= p < w[0]:
+        raise ctx.fail(f"padding_idx {p} is not a row of the {w[0]}-row table")
+    if w is None or idx is None:
+        return [TensorType(ctx.dtype(0), None)]
+    return [TensorType(ctx.dtype(0), (*idx, w[1]))]
+
+
+@op("Embedding", domain=DOMAIN, attrs={"padding_idx": ("int", REQUIRED)}, inputs=2, infer=infer_embedding)
+def embedding(weight, indices, *, padding_idx):
+    """Gather(weight, indices, axis=0): rows of the table; row `padding_idx` (0 <= padding_idx <
+    num_embeddings) is read like any other but receives no gradient in training."""
+    return call_op("Gather", weight, indices, axis=0)
+
+
 # ------------------------------------------------------------------------------------------------ decompose
 def _activation_node(graph: Graph, y: Value, activation: str, params, before: Node, name: str) -> Value:
     if not activation:
@@ -298,6 +325,8 @@ def decompose(node: Node, graph: Graph | None = None) -> list[Node]:
             s = graph.add_node("Add", [s, mask], {}, name=f"{nm}_mask", before=node).output
         p = graph.add_node("Softmax", [s], {"axis": -1}, name=f"{nm}_softmax", before=node).output
         y = graph.add_node("MatMul", [p, v], {}, name=f"{nm}_pv", before=node).output
+    elif node.op == "Embedding":  # the forward; the padding row's missing gradient has no ONNX form
+        y = graph.add_node("Gather", ins[:2], {"axis": 0}, name=f"{nm}_gather", before=node).output
     elif node.op == "FusedElementwise":
         env = {f"i{k}": v for k, v in enumerate(node.inputs)}
         y = None
@@ -318,7 +347,8 @@ def decompose_all(graph: Graph) -> int:
     """Decompose every aiacc fused node of the graph; returns how many."""
     count = 0
     for n in graph.nodes:
-        if n.domain == DOMAIN and n.op in ("FusedConv", "FusedGemm", "FusedMatMul", "Attention", "FusedElementwise"):
+        if n.domain == DOMAIN and n.op in ("FusedConv", "FusedGemm", "FusedMatMul", "Attention", "FusedElementwise",
+                                                "Embedding"):
             decompose(n, graph)
             count += 1
     return count

@@ -1,6 +1,7 @@
 """Lowerings of aiacc's fused ops (domain "aiacc") to the fastest torch form: oneDNN convolution / linear with the
-activation as a post-op (summing into a dead residual in place), F.scaled_dot_product_attention, and the
-FusedElementwise program as the numba op (aiacc/plugins/torch/numba_op.py) where measured faster, else op by op.
+activation as a post-op (summing into a dead residual in place), F.scaled_dot_product_attention, the
+FusedElementwise program as the numba op (aiacc/plugins/torch/numba_op.py) where measured faster, else op by op,
+and aiacc::Embedding as F.embedding with its padding_idx.
 
 A lowering, registered in exporter.LOWERINGS under the op's qualified name ("Conv", "aiacc::FusedConv"),
 gets the Builder and an LNode (see exporter.py) and returns the fx value of each output. Constant inputs
@@ -153,6 +154,13 @@ def _attention(b, n):
     if mask is not None and n.values[3].dtype != n.values[0].dtype:
         raise UnsupportedError(f"node {n.name}: aiacc::Attention mask of dtype {n.values[3].dtype}")
     return b.call(F.scaled_dot_product_attention, q, k, v, attn_mask=mask, scale=float(n.attr("scale", 1.0)))
+
+
+@LOWERINGS.register("aiacc::Embedding")
+def _embedding(b, n):
+    """F.embedding with its padding_idx: the lookup whose padding row gets a zero gradient, as the
+    original nn.Embedding's."""
+    return b.call(F.embedding, n.arg(1), n.arg(0), padding_idx=int(n.attr("padding_idx")))
 
 
 @LOWERINGS.register("aiacc::FusedElementwise")

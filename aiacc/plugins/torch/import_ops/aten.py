@@ -20,6 +20,7 @@ from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, tensor_to_num
 
 
 def _aten_embedding(imp, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    # padding_idx changes only the backward, and torch.export programs are imported for inference only
     return imp.op("Gather", tensor(weight), tensor(indices), axis=0)
 
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aiacc.core.ops.fused import DOMAIN
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, pair, rank, tensor
 from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, MODULES
@@ -68,23 +69,34 @@ def _m_linear(imp, m, x):
     return linear(imp, x, imp.param(m, "weight"), imp.param(m, "bias"))
 
 
+def embedding(imp, weight: Value, idx, padding_idx: int | None, training: bool) -> Value:
+    """The table lookup: a Gather, or in training with a padding_idx aiacc::Embedding (the same lookup whose
+    padding row gets no gradient, as torch's). A negative padding_idx counts from the end, as torch's."""
+    idx = tensor(idx)
+    if padding_idx is None or not training:
+        return imp.op("Gather", weight, idx, axis=0)
+    p = int(padding_idx)  # torch asserts -rows <= p < rows; aiacc::Embedding's shape check names the node
+    if p < 0:
+        rows = weight.shape[0] if weight.shape is not None and len(weight.shape) == 2 else None
+        if not isinstance(rows, int):
+            raise Untranslatable(f"padding_idx {p} of an embedding table of unknown rows")
+        p += rows
+    return imp.op("Embedding", weight, idx, domain=DOMAIN, padding_idx=p)
+
+
 @FUNCTIONS.register(F.embedding)
 def _f_embedding(imp, idx, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
                  sparse=False):
     if max_norm is not None or scale_grad_by_freq:
         raise Untranslatable("max_norm / scale_grad_by_freq")
-    if padding_idx is not None and imp.training:
-        raise Untranslatable("padding_idx in training (its row gets no gradient)")
-    return imp.op("Gather", tensor(weight), tensor(idx), axis=0)
+    return embedding(imp, tensor(weight), idx, padding_idx, imp.training)
 
 
 @MODULES.register(nn.Embedding)
 def _m_embedding(imp, m, idx):
     if m.max_norm is not None or m.scale_grad_by_freq:
         raise Untranslatable("max_norm / scale_grad_by_freq")
-    if m.padding_idx is not None and imp.module_training(m):
-        raise Untranslatable("padding_idx in training (its row gets no gradient)")
-    return imp.op("Gather", imp.param(m, "weight"), tensor(idx), axis=0)
+    return embedding(imp, imp.param(m, "weight"), idx, m.padding_idx, imp.module_training(m))
 
 
 # ---------------------------------------------------------------------------------- convolution
