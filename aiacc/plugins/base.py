@@ -208,6 +208,24 @@ class Plugin:
             report = run_passes(graph, level=level, passes=passes, disable=disable, debug=debug, feeds=feeds,
                                 mode=options.get("mode", "inference"))
         out = self.export(graph, original=model, backend=backend, **options)
+        from aiacc.plugins.shape_guard import FOUND
+
+        token = FOUND.set({})  # what verify's checks at other sizes find, for guard_shapes
+        try:
+            self._verify(model, out, example_inputs, report, level, passes, disable, backend, verify, options)
+            spec = self.guard_shapes(out, model, FOUND.get())
+            if spec is not None and report is not None:
+                from aiacc.plugins.shape_guard import shapes_line
+
+                report.shapes = [shapes_line(spec)] + FOUND.get().get("dim_lines", [])
+        finally:
+            FOUND.reset(token)
+        return out, report
+
+    def _verify(self, model: Any, out: Any, example_inputs: Any, report: Any, level: int, passes: Any,
+                disable: Any, backend: str, verify: bool, options: dict) -> None:
+        """Compare the optimized model with the original on the example inputs (a VerificationError when they
+        differ), then, where the plugin checks it, at another batch size and other sizes of its dimensions."""
         if verify and example_inputs is None:
             fallback("verify", f"the optimized {self.title} model was not verified: no example inputs were given "
                      f"(pass example inputs, or verify=False to skip the check)")
@@ -223,7 +241,7 @@ class Plugin:
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
             if self.checks_batch and report is not None:
                 report.interface = self._check_batch(model, out, example_inputs)
-        return out, report
+                self._check_dims(model, out, example_inputs)
 
     # ------------------------------------------------------------------------------------------ interfaces
     def with_batch(self, example_inputs: Any, n: int) -> Any:
@@ -235,6 +253,23 @@ class Plugin:
         """Make the optimized `model` refuse inputs whose first dimension is not `batch` (a ShapeError naming
         `why`); False where the plugin cannot."""
         return False
+
+    def guard_shapes(self, model: Any, original: Any, found: dict) -> Any:
+        """Put the shape guard (shape_guard.ShapeSpec, every dimension aiacc specialized) on the optimized
+        `model`, after verify `found` (shape_guard.FOUND) which dimensions run at other sizes; the ShapeSpec,
+        or None where there is none (the plugins whose models guard themselves otherwise, torch:
+        shapes.install, or that nothing can guard)."""
+        return None
+
+    def dims_to_check(self, model: Any, example_inputs: Any) -> list[tuple[int, int, int]]:
+        """(input index, dimension, its size in the example) of the non-batch dimensions the optimized `model`
+        may take at other sizes, to be checked by running both models there (`_check_dims`); none where its
+        graph fixes them (then the shape guard fixes them without a check)."""
+        return []
+
+    def with_dims(self, example_inputs: Any, dims: list[tuple[int, int]]) -> Any:
+        """The example inputs with each (input index, dimension) of `dims` one larger, or None."""
+        return None
 
     def batch_precheck(self, model: Any, inputs: Any, expected: list[np.ndarray]) -> str:
         """Why the optimized `model` cannot run on `inputs` (another batch size; `expected`: the original's
@@ -263,14 +298,58 @@ class Plugin:
                 expected, self.run(out, bigger), self.rtol, self.atol)
         except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
             problem = describe(e, 160)
+        from aiacc.plugins.shape_guard import FOUND
+
+        found = FOUND.get()
         if not problem:
+            if found is not None:
+                found["batch"] = ("free",)
             return [f"batch: traced at {batch}, runs at other sizes (checked at batch {n}: same outputs)"]
         why = f"the optimized model was specialized to batch {batch} (at batch {n}: {problem})"
         if not self.guard_batch(out, batch, why):
             raise VerificationError(f"aiacc.optimize ({self.name}): {why}, and the {self.title} plugin cannot "
                                     f"make it refuse other sizes")
+        if found is not None:
+            found["batch"] = ("fixed", batch, why)
         return [f"batch: specialized to {batch} (at batch {n}: {problem}); calling it with another batch size "
                 f"is a ShapeError"]
+
+    def _check_dims(self, model: Any, out: Any, example_inputs: Any) -> None:
+        """Run the original and the optimized model with each dimension of `dims_to_check` one larger (inputs
+        whose dimensions have the same place and size grow together: a sequence length shared by the ids and
+        their mask). One right there is free (shape_guard.FOUND's "free_dims"); any other stays fixed, for
+        the shape guard; what each check found is a line of FOUND's "dim_lines" (the report's `shapes`)."""
+        from aiacc.plugins.shape_guard import FOUND
+
+        dims = self.dims_to_check(out, example_inputs)
+        found = FOUND.get()
+        if not dims or found is None:
+            return
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for i, d, size in dims:
+            groups.setdefault((d, size), []).append((i, d))
+        lines = found.setdefault("dim_lines", [])
+        for (d, size), group in groups.items():
+            bigger = self.with_dims(example_inputs, group)
+            if bigger is None:
+                continue
+            what = f"dimension {d} ({size} in the example)"
+            try:
+                expected = self.run(model, bigger)
+            except Exception as e:  # noqa: BLE001 - the original itself takes only the example's size there
+                lines.append(f"{what}: the original does not run at {size + 1} either ({type(e).__name__}); another "
+                             f"size is a ShapeError")
+                continue
+            try:
+                problem = self.batch_precheck(out, bigger, expected) or compare_outputs(
+                    expected, self.run(out, bigger), self.rtol, self.atol)
+            except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
+                problem = describe(e, 160)
+            if problem:
+                lines.append(f"{what}: specialized (at {size + 1}: {problem}); another size is a ShapeError")
+            else:
+                lines.append(f"{what}: runs at other sizes (checked at {size + 1}: same outputs)")
+                found.setdefault("free_dims", set()).update(group)
 
     def _find_culprit(self, model: Any, example_inputs: Any, level: int, passes: Any, disable: Any,
                       options: dict) -> str:
@@ -341,32 +420,6 @@ def grow_arrays(example_inputs: Any, n: int, seed: int = 0) -> Any:
     return grow(example_inputs)
 
 
-class BatchGuard:
-    """The check of a model specialized to one batch size: `check(inputs)` raises a ShapeError naming the first
-    input whose first dimension is not `batch`, the size it was built for and why. A class, not a closure, so
-    a guarded model still pickles; each plugin calls it where its model takes its inputs."""
-
-    def __init__(self, batch: int, why: str, names: Any = None, model: str = "the optimized model"):
-        self.batch, self.why, self.names, self.model = batch, why, list(names or []), model
-
-    def check(self, inputs: Any) -> None:
-        """ShapeError for the first array-like among `inputs` (a sequence) whose first dimension differs."""
-        from aiacc.errors import ShapeError
-
-        for i, x in enumerate(inputs):
-            shape = getattr(x, "shape", None)
-            if shape is None or len(shape) == 0:
-                continue
-            size = shape[0]
-            size = None if size is None else int(size)
-            if size is not None and size != self.batch:
-                name = self.names[i] if i < len(self.names) else f"input {i}"
-                dims = [None if d is None else int(d) for d in shape]
-                raise ShapeError(f"{self.model}: input {name!r} of shape {dims}: its dimension 0 must be "
-                                 f"{self.batch}, the batch size the model was built for ({self.why}); call it "
-                                 f"with batch {self.batch} or optimize it with an example of this size")
-
-
 def _first_dim(inputs: Any) -> int | None:
     """The first dimension every array-like leaf of `inputs` shares, or None (no arrays, scalars, disagree)."""
     dims = set()
@@ -382,6 +435,25 @@ def _first_dim(inputs: Any) -> int | None:
             dims.add(int(x.shape[0]))
     walk(inputs)
     return dims.pop() if len(dims) == 1 else None
+
+
+def grow_dims(example_inputs: Any, dims: list[tuple[int, int]], seed: int = 0) -> Any:
+    """`example_inputs` (a list/tuple of arrays, or one array) with each (input index, dimension) of `dims` one
+    larger: the last slice along it repeated, float values perturbed by 1% noise so the new slice differs.
+    `Plugin.with_dims` of the plugins whose models take numpy arrays."""
+    rng = np.random.default_rng(seed)
+    single = not isinstance(example_inputs, (list, tuple))
+    xs = [example_inputs] if single else list(example_inputs)
+    out = []
+    for i, x in enumerate(xs):
+        a = x.asnumpy() if hasattr(x, "asnumpy") else np.asarray(x)
+        for j, d in dims:
+            if j == i:
+                a = np.concatenate([a, np.take(a, [-1], axis=d)], axis=d)
+                if np.issubdtype(a.dtype, np.floating):
+                    a = (a + 0.01 * rng.standard_normal(a.shape)).astype(a.dtype)
+        out.append(a)
+    return out[0] if single else type(example_inputs)(out) if isinstance(example_inputs, tuple) else out
 
 
 def renamed_output(names: list[str], new_names: list[str] | None) -> str:

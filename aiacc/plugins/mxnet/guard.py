@@ -1,9 +1,10 @@
-"""The batch guard of an optimized Gluon block specialized to its example's batch size.
+"""The shape guard of an optimized Gluon block: every dimension aiacc specialized (shape_guard.ShapeSpec).
 
-MXNet translates a model at the example inputs' static shapes. Where the optimized block does not compute
-the original's outputs at another batch size (verify runs both at another size), a forward pre-hook makes
-any other batch size an aiacc ShapeError naming the input, the dimension and the size the block was built
-for, never a wrong answer or an error from deep inside MXNet or onnxruntime.
+MXNet translates a model at the example inputs' static shapes. A forward pre-hook makes a call at shapes the
+block was not built for an aiacc ShapeError naming the input, the dimension and the size the block was built
+for, never a wrong answer or an error from deep inside MXNet or onnxruntime. Free: dimension 0 where verify's
+second-batch check found the block right at another batch size, and a dimension its check of other sizes
+(Plugin._check_dims, native blocks only: onnxruntime and aiacc's runtime run the static graph) found right.
 """
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from aiacc.errors import first_line
-from aiacc.plugins.base import BatchGuard
+from aiacc.plugins.shape_guard import ShapeCheck, ShapeSpec, graph_spec, other_shapes_why
 
 
-class BatchHook:
-    """A Gluon forward pre-hook (`hook(block, args)`) running a BatchGuard on the block's NDArray inputs."""
+class ShapeGuardHook:
+    """A Gluon forward pre-hook (`hook(block, args)`) running a ShapeCheck on the block's NDArray inputs. A
+    class, not a closure, so a guarded block still pickles."""
 
-    def __init__(self, guard: BatchGuard):
+    def __init__(self, guard: ShapeCheck):
         self.guard = guard
 
     def __call__(self, block: Any, args: Any) -> None:
@@ -34,15 +36,25 @@ class BatchHook:
         self.guard.check(flat)
 
 
-def guard_block(block: Any, batch: int, why: str) -> bool:
-    """Register the batch guard on a Gluon block (False for anything else); its inputs are named as the
-    optimized graph names them."""
-    if not hasattr(block, "register_forward_pre_hook"):
-        return False
+def guardable(block: Any) -> bool:
+    """True for an optimized inference block the guard can hook (a Gluon block with its graph)."""
     graph = getattr(block, "aiacc_graph", None)
-    names = [v.name for v in graph.inputs] if graph is not None else []
-    block.register_forward_pre_hook(BatchHook(BatchGuard(batch, why, names, model=type(block).__name__)))
-    return True
+    return hasattr(block, "register_forward_pre_hook") and graph is not None and graph.meta.get("mxnet.mode") != "train"
+
+
+def guard_block(block: Any, original: Any, found: dict | None) -> ShapeSpec | None:
+    """Register the shape guard on an optimized Gluon block: its ShapeSpec (None for anything else). Its inputs
+    are named as the optimized graph names them, their shapes the graph's with what verify `found` free."""
+    if not guardable(block):
+        return None
+    graph = block.aiacc_graph
+    names = [v.name for v in graph.inputs]
+    spec = graph_spec([v.shape for v in graph.inputs], names, found)
+    # the original's class, as torch's guard names it (a Symbol, triple or file: the optimized block's)
+    named = original is not None and hasattr(original, "collect_params")
+    model = type(original).__name__ if named else type(block).__name__
+    block.register_forward_pre_hook(ShapeGuardHook(ShapeCheck(spec, names, model, other_shapes_why("MXNet"))))
+    return spec
 
 
 def block_shapes(block: Any, inputs: dict) -> dict:

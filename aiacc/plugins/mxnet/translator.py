@@ -267,10 +267,34 @@ class MXNetPlugin(Plugin):
         return grow_arrays(example_arrays(example_inputs), n)
 
     def guard_batch(self, model: Any, batch: int, why: str) -> bool:
-        """A forward pre-hook refusing any other batch size with a ShapeError (mxnet/guard.py)."""
+        """Whether the block can refuse another batch size: the shape guard guard_shapes puts on it then
+        fixes dimension 0 too and says `why` (mxnet/guard.py)."""
+        from aiacc.plugins.mxnet.guard import guardable
+
+        return guardable(model)
+
+    def guard_shapes(self, model: Any, original: Any, found: dict) -> Any:
+        """A forward pre-hook refusing any call at shapes the block was not built for with a ShapeError
+        (mxnet/guard.py)."""
         from aiacc.plugins.mxnet.guard import guard_block
 
-        return guard_block(model, batch, why)
+        return guard_block(model, original, found)
+
+    def dims_to_check(self, model: Any, example_inputs: Any) -> list[tuple[int, int, int]]:
+        """A native block's non-batch dimensions (MXNet infers the symbol's shapes again at each call; the
+        onnxruntime and aiacc-runtime blocks run the graph at its static shapes), of positional inputs."""
+        arrays = example_arrays(example_inputs)
+        graph = getattr(model, "aiacc_graph", None)
+        if getattr(model, "plain_symbol", None) is None or isinstance(arrays, dict) or graph is None or \
+                graph.meta.get("mxnet.mode") == "train":
+            return []
+        return [(i, d, int(a.shape[d])) for i, a in enumerate(arrays) for d in range(1, np.ndim(a))]
+
+    def with_dims(self, example_inputs: Any, dims: list[tuple[int, int]]) -> Any:
+        """The example arrays with each (input, dimension) of `dims` one larger (base.grow_dims)."""
+        from aiacc.plugins.base import grow_dims
+
+        return grow_dims(example_arrays(example_inputs), dims)
 
     def batch_precheck(self, model: Any, inputs: Any, expected: list[np.ndarray]) -> str:
         """A native block's symbol checked by MXNet's shape inference at the other size before it runs there

@@ -37,10 +37,18 @@ class TFPlugin(Plugin):
         return None if TRAINING_RUN.get() is not None else grow_arrays(example_inputs, n)
 
     def guard_batch(self, model: Any, batch: int, why: str) -> bool:
-        """A ShapeError in front of the module's tf.function for any other batch size (tf/guard.py)."""
+        """Whether the module can refuse another batch size: the shape guard guard_shapes puts on it then
+        fixes dimension 0 too and says `why` (tf/guard.py)."""
+        from aiacc.plugins.tf.guard import guardable
+
+        return guardable(model)
+
+    def guard_shapes(self, model: Any, original: Any, found: dict) -> Any:
+        """A ShapeError in front of the module's tf.function for any call at shapes it was not built for
+        (tf/guard.py; a signature's None dimensions the graph kept dynamic stay free)."""
         from aiacc.plugins.tf.guard import guard_module
 
-        return guard_module(model, batch, why)
+        return guard_module(model, original, found)
 
     def detect(self, model: Any) -> bool:
         """A Keras model, a tf.Module, a tf.function (generic or concrete) or a restored SavedModel."""

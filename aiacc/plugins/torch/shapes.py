@@ -26,6 +26,7 @@ import weakref
 from typing import Any
 
 from aiacc.errors import AiaccWarning, OptionError, ShapeError
+from aiacc.plugins.shape_guard import ShapeSpec, _dims, describe  # noqa: F401  (shared by every plugin)
 
 DEFAULT_MAX_SHAPES = 8  # as torch.compile's recompile limit (torch._dynamo.config.cache_size_limit)
 
@@ -106,67 +107,6 @@ def _caller() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _dims(shape: tuple) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def describe(shapes: dict[str, tuple]) -> str:
-    """'input_ids [2, 16], attention_mask [2, 16]'."""
-    return ", ".join(f"{k} {_dims(v)}" for k, v in shapes.items())
-
-
-class ShapeSpec:
-    """The shapes one specialization takes: every dimension fixed to its example's, except dimension 0 of the
-    inputs when the batch is free (verify found the module right at another batch size; a call's inputs must
-    then still agree on it). `declared`: {(input, dim): (min, max)} from dynamic_shapes."""
-
-    def __init__(self, shapes: dict[str, tuple], free_batch: bool = False, batch_why: str = "",
-                 declared: dict | None = None):
-        self.shapes, self.free_batch, self.batch_why = dict(shapes), free_batch, batch_why
-        self.declared = dict(declared or {})
-
-    def mismatches(self, got: dict[str, tuple]) -> list[tuple[str, int, Any]]:
-        """(input, dimension, the size it must have) for every difference of a call's shapes, in order; the
-        dimension is -1 for a rank or a missing input (then that input's dimensions are not compared)."""
-        found, batch = [], None
-        for name, want in self.shapes.items():
-            shape = got.get(name)
-            if shape is None or len(shape) != len(want):
-                found.append((name, -1, want))
-                continue
-            for d, (w, g) in enumerate(zip(want, shape)):
-                if d == 0 and self.free_batch:
-                    if batch is not None and g != batch:
-                        found.append((name, 0, batch))
-                    batch = g
-                elif w != g:
-                    found.append((name, d, w))
-        return found
-
-    def mismatch(self, got: dict[str, tuple]) -> tuple[str, int, Any] | None:
-        """The first of `mismatches`, else None."""
-        found = self.mismatches(got)
-        return found[0] if found else None
-
-    def matches(self, got: dict[str, tuple]) -> bool:
-        return self.mismatch(got) is None
-
-    def message(self, model: str, got: dict[str, tuple], built: list[str], why: str) -> str:
-        """The ShapeError's text for a call that fits none of `built` (this spec first)."""
-        name, d, want = self.mismatch(got)
-        shape = got.get(name)
-        if shape is None:
-            return f"{model}: input {name!r} is not given; the model was built for {built[0]} ({why})"
-        if d == -1:
-            return (f"{model}: input {name!r} of shape {_dims(shape)} has {len(shape)} dimensions, the model was "
-                    f"built for {_dims(want)} ({why})")
-        if d == 0 and self.batch_why and not self.free_batch:  # the batch check's own wording (base.BatchGuard)
-            return (f"{model}: input {name!r} of shape {_dims(shape)}: its dimension 0 must be {want}, the batch "
-                    f"size the model was built for ({self.batch_why}); {why}")
-        return (f"{model}: input {name!r} of shape {_dims(shape)}: its dimension {d} must be {want}, the size the "
-                f"model was built for (built: {'; '.join(built)}); {why}")
 
 
 class ShapeHook:
