@@ -248,8 +248,51 @@ def call(model, inputs):
         return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
 
 
+class PeakRss:
+    """The process's resident memory sampled every 20 ms on a thread (Linux /proc/self/statm) while the block
+    runs: `peak` (bytes) is its maximum, `start` the value on entry. ru_maxrss cannot give a per-model peak
+    in a sweep (it is the whole process's, never lower than an earlier model's)."""
+
+    def __init__(self):
+        self.start = self.peak = self.now()
+
+    @staticmethod
+    def now() -> int:
+        """Resident bytes now (elsewhere than Linux: the process's peak so far)."""
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            import resource
+            r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return r if sys.platform == "darwin" else r * 1024  # bytes on macOS, KiB elsewhere
+
+    def __enter__(self):
+        import threading
+        self.start = self.peak = self.now()
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.wait(0.02):
+                self.peak = max(self.peak, self.now())
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.now())
+        return False
+
+
 def one(label, build, do_optimize=True) -> dict:
-    """Trace, count opaque nodes, optimize and verify on a fresh input."""
+    """Trace, count opaque nodes, optimize and verify on a fresh input. Memory: `rss_peak_mib`, the peak
+    resident memory while it traced, optimized and verified; `rss_x`, that peak above what the process held
+    with the model built, over its parameter and buffer bytes (`param_mib`): the copies of the weights that
+    aiacc, the optimized module (its oneDNN-packed weights too) and the runs added at the peak."""
+    import gc
+
     import aiacc
     row = {"model": label, "traced": False, "opaque": None, "verified": None, "error": "", "reasons": {}}
     t0 = time.time()
@@ -261,26 +304,40 @@ def one(label, build, do_optimize=True) -> dict:
     except Exception as e:  # noqa: BLE001 - the library cannot build it here (a config it refuses)
         row["error"] = f"not built: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         return row
+    gc.collect()  # the previous model's graphs (reference cycles) are not counted against this one
+    pbytes = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    row["param_mib"] = pbytes / 2**20
+    rss = PeakRss()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            g = aiacc.trace(model, x)
-        opaque = [n for n in g.nodes if n.domain == "torch"]
-        row["traced"], row["opaque"] = True, len(opaque)
-        row["reasons"] = dict(list(g.meta.get("torch.opaque_reasons", {}).items())[:3])
-        if do_optimize:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fast = aiacc.optimize(model, x)
-            err = rel_err(call(model, fresh), call(fast, fresh))
-            row["verified"] = err <= 1e-4
-            row["err"] = err
-            if type(call(fast, fresh)) is not type(call(model, fresh)):
-                row["error"] = f"return type {type(call(fast, fresh)).__name__}"
+        with rss:
+            _trace_and_optimize(aiacc, row, model, x, fresh, do_optimize)
     except Exception as e:  # noqa: BLE001 - a sweep reports every failure and goes on
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    row["rss_peak_mib"] = rss.peak / 2**20
+    row["rss_x"] = (rss.peak - rss.start) / pbytes if pbytes else float("nan")
     row["s"] = time.time() - t0
     return row
+
+
+def _trace_and_optimize(aiacc, row: dict, model, x, fresh, do_optimize: bool) -> None:
+    """one()'s steps, filling `row`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g = aiacc.trace(model, x)
+    opaque = [n for n in g.nodes if n.domain == "torch"]
+    row["traced"], row["opaque"] = True, len(opaque)
+    row["reasons"] = dict(list(g.meta.get("torch.opaque_reasons", {}).items())[:3])
+    del g, opaque  # the trace's graph is not kept alive through optimize (constants folded there are copies)
+    if do_optimize:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fast = aiacc.optimize(model, x)
+        expected, got = call(model, fresh), call(fast, fresh)
+        err = rel_err(expected, got)
+        row["verified"] = err <= 1e-4
+        row["err"] = err
+        if type(got) is not type(expected):
+            row["error"] = f"return type {type(got).__name__}"
 
 
 # ------------------------------------------------------------------------------------------------ --speed
@@ -785,7 +842,9 @@ def main(argv=None) -> int:
                 f.write(json.dumps({k: v for k, v in r.items() if k != "reasons"} |
                                    {"reasons": {str(k): str(v)[:300] for k, v in r["reasons"].items()}}) + "\n")
         print(f"{r['model']:36s} traced={'ok' if r['traced'] else 'FAIL':4s} opaque={r['opaque']!s:4s} "
-              f"verified={r['verified']!s:5s} err={r.get('err', float('nan')):.1e} {r.get('s', 0):5.1f}s {r['error']} "
+              f"verified={r['verified']!s:5s} err={r.get('err', float('nan')):.1e} {r.get('s', 0):5.1f}s "
+              f"rss={r.get('rss_peak_mib', float('nan')):.0f}MiB=+{r.get('rss_x', float('nan')):.2f}x"
+              f"{r.get('param_mib', float('nan')):.0f}MiB {r['error']} "
               f"{'' if r['opaque'] in (0, None) else r['reasons']}", flush=True)
     whole = sum(1 for r in rows if r["opaque"] == 0)
     ok = sum(1 for r in rows if r["verified"])

@@ -128,6 +128,8 @@ class Builder:
         self._device = None  # see device()
         self.first_input: Any = None  # the fx value of the first tensor input (device())
         self.first_state: str | None = None  # the qualified name of the first model state tensor (device())
+        # data address -> the original's tensor the exported module may share (export() fills it; tensor_of)
+        self.shareable: dict[int, torch.Tensor] = {}
 
     # -- emitting ----------------------------------------------------------------------------------
     def call(self, fn: Callable, *args: Any, **kwargs: Any) -> fx.Node:
@@ -168,8 +170,16 @@ class Builder:
     def constant(self, array: np.ndarray) -> fx.Node:
         name = f"aiacc_const{self._consts}"
         self._consts += 1
-        self.root.register_buffer(name, _aligned(array))
+        self.root.register_buffer(name, self.tensor_of(array))
         return self.getattr_node(name)
+
+    def tensor_of(self, array: np.ndarray) -> torch.Tensor:
+        """`array` as a torch tensor: the original's own tensor where the array is exactly its memory (a state
+        a pass only viewed: a linear's weight transposed, then transposed back at export), else a copy."""
+        t = self.shareable.get(array.__array_interface__["data"][0]) if isinstance(array, np.ndarray) else None
+        if t is not None and _same_memory(array, t):
+            return t.detach()
+        return _aligned(array)
 
     def add_opaque_module(self, module: nn.Module, copy_module: bool = True, qualname: str | None = None) -> str:
         """Register an opaque callable; under its original qualified name when that is free (so its
@@ -203,18 +213,32 @@ def _aligned(array: Any) -> torch.Tensor:
     return torch.tensor(np.asarray(array))  # one copy, into torch's allocator (from_numpy + clone made two)
 
 
-def _state_tensor(graph: Graph, value: Value, qualname: str, original: nn.Module | None) -> torch.Tensor:
+def _original_state(original: nn.Module | None) -> dict[str, torch.Tensor]:
+    """The original's parameters and buffers by qualified name."""
+    if original is None:
+        return {}
+    return dict(original.named_buffers()) | dict(original.named_parameters())
+
+
+def _same_memory(array: np.ndarray, t: torch.Tensor) -> bool:
+    """Whether `array` is exactly `t`'s data (the importer's zero-copy view of a model state tensor)."""
+    return (t.device.type == "cpu" and t.is_contiguous() and array.flags.c_contiguous and array.size > 0
+            and array.__array_interface__["data"][0] == t.data_ptr() and tuple(array.shape) == tuple(t.shape)
+            and array.dtype.itemsize == t.element_size() and str(array.dtype) == str(t.dtype).replace("torch.", ""))
+
+
+def _state_tensor(b: Builder, value: Value, qualname: str, original_state: dict) -> torch.Tensor:
+    """The exported module's tensor for one model state value: a state no pass changed (the IR still holds the
+    importer's view of the original's tensor) is the original's own storage where b.shareable allows, not a
+    copy, so the weights of a large model are held once (as torch.compile's and fx's modules share them)."""
     if value.const is not None:
-        return _aligned(value.const)
-    arrays = graph.meta.get("torch.state_arrays", {})
+        return b.tensor_of(value.const)
+    arrays = b.ir.meta.get("torch.state_arrays", {})
     if value.name in arrays:
         return _aligned(arrays[value.name])
-    if original is not None:
-        t = dict(original.named_parameters()).get(qualname)
-        if t is None:
-            t = dict(original.named_buffers()).get(qualname)
-        if t is not None:
-            return t.detach().clone()
+    t = original_state.get(qualname)
+    if t is not None:
+        return t.detach().clone()
     raise UnsupportedError(f"no value for the model state %{value.name} ({qualname})")
 
 
@@ -227,6 +251,14 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     graph, _ = decompose_fused(graph, keep=lambda n: n.qualified_op in LOWERINGS)
     b = Builder(graph, original)
     state = graph.meta.get("torch.state", {})
+    original_state = _original_state(original)
+    # a buffer is shared with the original only while no opaque call (the one thing of the exported forward
+    # that may write into model state) runs: a module updating a buffer must not update the original's
+    share_buffers = not any(n.domain == "torch" for n in graph)
+    buffers = {k for k, _ in original.named_buffers()} if original is not None else set()
+    # inference only: a training export's parameters are its own (an optimizer step must not move the original's)
+    b.shareable = {t.data_ptr(): t for k, t in original_state.items() if b.inference and t.device.type == "cpu"
+                   and t.numel() and (share_buffers or k not in buffers)}
     # model state: registered under its qualified names
     for vname, (qualname, kind, requires_grad) in state.items():
         if not graph.has_value(vname):
@@ -234,7 +266,7 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
         v = graph.value(vname)
         if v.producer is not None:
             continue
-        b.register(qualname, _state_tensor(graph, v, qualname, original), kind, requires_grad)
+        b.register(qualname, _state_tensor(b, v, qualname, original_state), kind, requires_grad)
         b.env[id(v)] = ("state", qualname)
         b.first_state = b.first_state or qualname
     # inputs

@@ -92,6 +92,19 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+def state_array(t: torch.Tensor) -> np.ndarray:
+    """A model parameter's or buffer's data as a read-only numpy view of its own memory (no copy: a large
+    model's weights are not held twice while it is optimized); a copy where no view is possible (another
+    device, a non-contiguous tensor). The IR treats constants as immutable (Graph.copy shares them), and
+    read-only makes a pass that writes into one fail loudly instead of changing the model's weights."""
+    d = t.detach()
+    if d.device.type != "cpu" or not d.is_contiguous() or d.is_conj() or d.is_neg() or d.dtype == torch.bfloat16:
+        return tensor_to_numpy(d)
+    a = d.numpy()
+    a.flags.writeable = False
+    return a
+
+
 def normalize_inputs(model: nn.Module, example_inputs: Any) -> tuple[tuple, dict]:
     """Example inputs as (args, kwargs): a tensor, a tuple/list of arguments, or a dict of keyword arguments."""
     if example_inputs is None:
@@ -468,7 +481,7 @@ class Importer:
         if self.mode == "train":
             v = self.graph.add_input(self.graph.fresh_name(qualname), torch_dtype_name(tensor.dtype), tuple(tensor.shape))
         else:
-            v = self.graph.add_initializer(qualname, tensor_to_numpy(tensor))
+            v = self.graph.add_initializer(qualname, state_array(tensor))
         self.state[v.name] = (qualname, kind, requires_grad)
         self._state_values[qualname] = v
         return v

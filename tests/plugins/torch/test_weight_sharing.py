@@ -1,0 +1,135 @@
+"""Large models' weights are held once: the IR's initializers are read-only views of the model's parameters,
+and the inference export registers the original's own tensors wherever no pass changed a weight (issue 21:
+vit_h_14's 2.5 GB of weights were held four to five times during optimize). The original's parameters are
+never changed, by optimize or by running its result; a training export owns its parameters."""
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import aiacc
+
+
+class Wide(nn.Module):
+    """Large Linears (the weights dominate; the activations are tiny), a LayerNorm and a GELU between them."""
+
+    def __init__(self, d: int = 512, layers: int = 4):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fcs = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, x):
+        x = self.ln(x)
+        for fc in self.fcs:
+            x = nn.functional.gelu(fc(x))
+        return x
+
+
+class ConvBN(nn.Module):
+    """BatchNorm folds into the convolution: a weight a pass changes (it must get its own copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+def _built(cls, *args):
+    torch.manual_seed(0)
+    m = cls(*args).eval()
+    for p in m.parameters():  # LayerNorm/BN start at 1/0: random values, so a changed weight shows
+        with torch.no_grad():
+            p.add_(torch.randn_like(p) * 0.1)
+    if isinstance(m, ConvBN):
+        m.bn.running_mean.normal_()
+        m.bn.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def _param_bytes(m: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in m.parameters())
+
+
+def _optimize(m, x, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return aiacc.optimize(m, x, **kw)
+
+
+def test_initializers_are_read_only_views_of_the_parameters():
+    m = _built(Wide)
+    g = aiacc.trace(m, torch.randn(2, 512))
+    w = g.initializers["fcs.0.weight"].const
+    assert np.shares_memory(w, m.fcs[0].weight.detach().numpy())
+    assert not w.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        w[0, 0] = 1.0  # a pass that wrote into it would change the model's weights: it fails instead
+
+
+def test_the_export_shares_unchanged_weights_with_the_original():
+    m = _built(Wide)
+    x = torch.randn(2, 512)
+    fast = _optimize(m, x)
+    ptrs = {p.data_ptr() for p in m.parameters()}
+    own = sum(t.numel() * t.element_size() for t in fast.state_dict().values() if t.data_ptr() not in ptrs)
+    # before sharing, every weight was a copy (own == the parameter bytes): now the linears' are the original's
+    assert own < 0.05 * _param_bytes(m), own
+    torch.testing.assert_close(fast(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_allocates_far_less_than_the_weights():
+    """numpy's allocations are what tracemalloc sees: the IR's initializers were copies (> 1x the parameter
+    bytes at the peak); as views of the parameters the IR allocates only what passes make."""
+    m = _built(Wide, 1024, 4)  # 16 MiB of weights
+    x = torch.randn(2, 1024)
+    _optimize(m, x)  # warm: imports, caches
+    tracemalloc.start()
+    try:
+        _optimize(m, x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.5 * _param_bytes(m), (peak, _param_bytes(m))
+
+
+@pytest.mark.parametrize("cls,shape", [(Wide, (2, 512)), (ConvBN, (2, 3, 8, 8))])
+def test_the_original_parameters_are_never_changed(cls, shape):
+    m = _built(cls)
+    before = {k: t.clone() for k, t in m.state_dict().items()}
+    x = torch.randn(*shape)
+    expected = m(x)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        first, second = fast(x), fast(x)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    torch.testing.assert_close(first, expected, rtol=1e-4, atol=1e-5)
+    for k, t in m.state_dict().items():
+        assert torch.equal(t, before[k]), k
+
+
+def test_a_folded_weight_is_a_copy_the_original_keeps_its_own():
+    m = _built(ConvBN)
+    fast = _optimize(m, torch.randn(2, 3, 8, 8))
+    ptr = m.conv.weight.data_ptr()
+    assert all(t.data_ptr() != ptr for t in fast.state_dict().values())  # BN folded into it: another array
+
+
+def test_a_training_export_owns_its_parameters():
+    m = _built(Wide, 64, 2).train()
+    fast = _optimize(m, torch.randn(4, 64), mode="train")
+    ptrs = {p.data_ptr() for p in m.parameters()}
+    assert all(p.data_ptr() not in ptrs for p in fast.parameters())
+    before = {k: t.clone() for k, t in m.state_dict().items()}
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    fast(torch.randn(4, 64)).pow(2).mean().backward()
+    opt.step()
+    assert all(torch.equal(t, before[k]) for k, t in m.state_dict().items())
