@@ -5,28 +5,18 @@ a wrong answer, nor an error from inside TF, MXNet or onnxruntime). Both backend
 from __future__ import annotations
 
 import importlib.util
-import warnings
 
 import numpy as np
 import pytest
 
 import aiacc
 from aiacc.errors import ShapeError
+from tests.plugins._guard_helpers import optimize_quietly as _optimize, rand as _rand
 
 needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
 needs_mxnet = pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reason="mxnet is not installed")
 
 RUNS = "batch: traced at 1, runs at other sizes (checked at batch 5: same outputs)"
-
-
-def _optimize(model, x, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return aiacc.optimize(model, x, **kw)
-
-
-def _rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------------------ TF

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("mxnet") is None, reaso
 
 import aiacc  # noqa: E402
 from aiacc.errors import ShapeError  # noqa: E402
+from tests.plugins._guard_helpers import optimize_quietly as _optimize, rand as _rand  # noqa: E402
 
 BACKENDS = ["native", "onnxruntime", "aiacc"]
 WHY = r"the MXNet plugin does not optimize it again for other shapes; optimize the original with an example"
@@ -26,18 +26,8 @@ def _mx():
     return import_mxnet()
 
 
-def _optimize(model, x, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return aiacc.optimize(model, x, **kw)
-
-
 def _ids(*shape, seed=0):
     return np.random.default_rng(seed).integers(0, 50, shape).astype(np.float32)
-
-
-def _rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _tagger():

@@ -4,7 +4,6 @@ an image size it was specialized to another one an aiacc ShapeError in torch's w
 dimension, the size it was built for, why), never TF's binding error. A SavedModel keeps the guarded shapes."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
@@ -13,23 +12,14 @@ tf = pytest.importorskip("tensorflow")
 
 import aiacc  # noqa: E402
 from aiacc.errors import ShapeError  # noqa: E402
+from tests.plugins._guard_helpers import optimize_quietly as _optimize, rand as _rand  # noqa: E402
 
 BACKENDS = ["native", "onnxruntime", "aiacc"]
 WHY = r"the TF plugin does not optimize it again for other shapes; optimize the original with an example"
 
 
-def _optimize(model, x, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return aiacc.optimize(model, x, **kw)
-
-
 def _ids(*shape, seed=0):
     return np.random.default_rng(seed).integers(0, 50, shape).astype(np.int32)
-
-
-def _rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _tagger(seq):
