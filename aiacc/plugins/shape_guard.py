@@ -101,20 +101,28 @@ class ShapeCheck:
         self.spec, self.names, self.model, self.why = spec, list(names), model, why
 
     def shapes(self, inputs: Any) -> dict[str, tuple]:
-        """{input name: shape} of the array-likes among `inputs` (others, such as Python numbers, left out)."""
+        """{input name: shape} of the array-likes among `inputs` (others, such as Python numbers or the MXNet
+        Symbols a block is traced on, left out)."""
         got = {}
         for i, x in enumerate(inputs):
-            shape = getattr(x, "shape", None)
-            if shape is None or i >= len(self.names):
-                continue
-            got[self.names[i]] = tuple(None if d is None else int(d) for d in shape)
+            try:
+                shape = getattr(x, "shape", None)
+                dims = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+            except (TypeError, ValueError, AttributeError):  # a symbolic value without a concrete shape
+                dims = None
+            if dims is not None and i < len(self.names):
+                got[self.names[i]] = dims
         return got
 
     def check(self, inputs: Any) -> None:
-        """ShapeError for a call whose inputs the spec does not take."""
+        """ShapeError for a call whose arrays the spec does not take. Only the inputs given as arrays are
+        compared: a call with other values (fewer arguments, Symbols) is the framework's to refuse or take."""
         got = self.shapes(inputs)
-        if not self.spec.matches(got):
-            raise ShapeError(self.spec.message(self.model, got, [describe(self.spec.shapes)], self.why))
+        spec = self.spec
+        if set(got) != set(spec.shapes):
+            spec = ShapeSpec({k: v for k, v in spec.shapes.items() if k in got}, spec.free_batch, spec.batch_why)
+        if not spec.matches(got):
+            raise ShapeError(spec.message(self.model, got, [describe(self.spec.shapes)], self.why))
 
 
 def unique_names(names: list[Any]) -> list[str]:

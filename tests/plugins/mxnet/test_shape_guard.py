@@ -152,3 +152,27 @@ def test_a_saved_native_block_reloads_and_keeps_its_shapes(tmp_path):
                                           str(tmp_path / "net-0000.params"))
     np.testing.assert_allclose(loaded(mx.nd.array(x)).asnumpy(), net(mx.nd.array(x)).asnumpy(), rtol=1e-4,
                                atol=1e-5)
+
+
+def test_a_native_block_inside_a_hybridized_parent_is_traced_on_symbols():
+    # hybridizing a parent calls the optimized child with MXNet Symbols, which have no concrete shape: the guard
+    # has nothing to compare there (MXNet infers the shapes when the parent runs) and must not refuse the call
+    mx = _mx()
+    net, x = _cnn(flatten=False), _rand(2, 3, 8, 8)
+    net(mx.nd.array(x))
+    fast = _optimize(net, [x], backend="native")
+
+    class Parent(mx.gluon.HybridBlock):
+        def __init__(self, child):
+            super().__init__()
+            self.child = child
+
+        def hybrid_forward(self, F, data):
+            return self.child(data) * 2
+
+    parent = Parent(fast)
+    parent.hybridize()
+    np.testing.assert_allclose(parent(mx.nd.array(x)).asnumpy(), 2 * net(mx.nd.array(x)).asnumpy(), rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(ShapeError, match=r"input 'data' of shape \[2, 4, 8, 8\]: its dimension 1 must be 3"):
+        fast(mx.nd.array(_rand(2, 4, 8, 8)))  # called on arrays, the guard still checks
