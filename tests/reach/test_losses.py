@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import aiacc
+from aiacc.errors import ShapeError
 from tests.reach import _models as M
 from tests.reach.test_reach import check_whole_and_verified, needs_hf
 
@@ -100,6 +102,63 @@ def test_loss_becomes_ir_and_equals_torch(name, frontend):
         expected, actual = model(*fresh), fast(*fresh)
     assert actual.shape == expected.shape
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def _weighted_cases():
+    """Every loss taking weight=, with each reduction. torch 2.13's own rules: l1 / mse "mean" is
+    sum(weight * err) / sum(weight), huber's, bce's and bce-with-logits' the mean of weight * err, cross entropy /
+    NLL divide by the summed class weight of the targets. Weights in [0.1, 1.1): a plain mean would differ."""
+    real = lambda: torch.randn(4, 3, generator=G)  # noqa: E731
+    unit = lambda: torch.rand(4, 3, generator=G)  # noqa: E731
+    elementwise = torch.rand(4, 3, generator=G) + 0.1
+    classes = torch.rand(5, generator=G) + 0.1
+    losses = {
+        "l1": (F.l1_loss, elementwise, real, real),
+        "mse": (F.mse_loss, elementwise, real, real),
+        "huber": (lambda x, t, **k: F.huber_loss(x, t, delta=0.5, **k), elementwise, real, real),
+        "bce": (lambda p, t, **k: F.binary_cross_entropy(p.sigmoid(), t, **k), elementwise, real, unit),
+        "bce_logits": (F.binary_cross_entropy_with_logits, elementwise, real, unit),
+        "ce": (F.cross_entropy, classes, lambda: torch.randn(6, 5, generator=G), lambda: _targets((6,), 5)),
+        "nll": (lambda x, t, **k: F.nll_loss(x.log_softmax(1), t, **k), classes,
+                lambda: torch.randn(2, 5, 3, generator=G), lambda: _targets((2, 3), 5)),
+    }
+    return {f"{name}_{reduction}": (_Fn(fn, weight=w, reduction=reduction), x, t)
+            for name, (fn, w, x, t) in losses.items() for reduction in ("none", "sum", "mean")}
+
+
+WEIGHTED = _weighted_cases()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("name", sorted(WEIGHTED))
+def test_weighted_loss_equals_torch(name, frontend):
+    model, x, t = WEIGHTED[name]
+    model.eval()
+    example, fresh = (x(), t()), (x(), t())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, example, frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        # the weight reached the IR (fx once recorded F.l1_loss(weight=w) without it)
+        w = model.kw["weight"].numpy()
+        assert any(v.const is not None and v.const.shape == w.shape and np.array_equal(v.const, w)
+                   for n in graph for v in n.inputs if v is not None)
+        fast = aiacc.optimize(model, example, frontend=frontend)
+    with torch.no_grad():
+        expected, actual = model(*fresh), fast(*fresh)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [F.l1_loss, F.mse_loss, F.huber_loss], ids=lambda f: f.__name__)
+def test_a_weight_of_another_size_than_the_input_is_an_error_naming_the_node(fn):
+    # torch raises ValueError("Weights and input must have the same size.") rather than broadcasting
+    model = _Fn(fn, weight=torch.rand(3, generator=G)).eval()
+    x = (torch.randn(4, 3, generator=G), torch.randn(4, 3, generator=G))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ShapeError, match=fr"op {fn.__name__} .*Weights and input must have the same"):
+            aiacc.trace(model, x)
 
 
 def test_every_target_ignored_is_nan_as_in_torch():

@@ -37,6 +37,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.errors import describe
 from aiacc.plugins.torch.carried import CarriedObject, split
+from aiacc.plugins.torch.dispatch_fix import keep_dropped_arguments
 
 # containers fx should trace through even though they live in torch.nn
 _TRACE_THROUGH = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -498,7 +499,8 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
     tracer.given = given
     saved = _python_state(module)
     try:
-        with capture_autograd_functions(tracer), proxy_patches(tracer):
+        # keep_dropped_arguments: F.l1_loss's weight= would otherwise be traced as an unweighted loss
+        with capture_autograd_functions(tracer), proxy_patches(tracer), keep_dropped_arguments():
             graph = tracer.trace(module, concrete_args=concrete_args)
         gm = fx.GraphModule(tracer.root, graph, type(module).__name__)
         _constants_not_buffers(gm, module)

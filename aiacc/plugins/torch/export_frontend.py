@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 
 from aiacc.errors import UnsupportedError, describe
 from aiacc.plugins.torch.carried import as_pytree_nodes, carried_classes, to_carried
+from aiacc.plugins.torch.dispatch_fix import keep_dropped_arguments
 
 
 class ExportFailed(UnsupportedError):
@@ -178,7 +179,7 @@ def export_program(model: nn.Module, args: list, kwargs: dict, order: list, dyna
 
 def _export(model: nn.Module, args: list, kwargs: dict, dynamic_shapes: Any) -> Any:
     try:
-        with torch.no_grad():
+        with torch.no_grad(), keep_dropped_arguments():  # F.l1_loss's weight (dispatch_fix.py)
             return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes,
                                        strict=False)
     except Exception as e:  # noqa: BLE001 - torch.export's own error, one line, for the fallback's reason
