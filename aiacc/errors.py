@@ -45,6 +45,11 @@ class OptionError(AiaccError, TypeError):
     too, as Python's own error for an unexpected keyword argument is."""
 
 
+class GuardError(AiaccError):
+    """A call takes a path the optimized model was not specialised for: a Python branch on tensor data was
+    fixed on the example's value (a value guard, aiacc::ValueGuard) and this call's value differs."""
+
+
 class FallbackError(UnsupportedError):
     """strict=True: aiacc would have done less than asked (kept part of a model opaque, chosen a mode...)."""
 

@@ -154,7 +154,9 @@ class OrtGraphRunner:
                 self.device = (self.device[0], int(opts["device_id"]))
         self.cpu_nodes: list[str] = []  # nodes onnxruntime placed on the CPU although an accelerator was asked for
         self.run_opaque = run_opaque or _run_meta_kernel
-        self.segments: list[Segment] = partition(graph, supported=lambda n: n.schema is not None)
+        # an op with side effects (a value guard) has no ONNX form: it runs on aiacc's kernel between sessions
+        self.segments: list[Segment] = partition(graph, supported=lambda n: n.schema is not None
+                                                 and not n.schema.side_effects)
         self.sessions: list = []
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

@@ -23,6 +23,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops import get_schema, infer_node
+from aiacc.core.ops.guard import refuse_guards
 from aiacc.core.translate import decompose_fused  # noqa: F401  (re-exported: aiacc.core.onnx.decompose_fused)
 from aiacc.errors import AiaccError, ParseError, UnsupportedError
 
@@ -445,10 +446,12 @@ def to_onnx(graph: Graph, *, opset: int | None = None, producer: str = "aiacc",
     The default-domain opset is at least 18 (the form the registry follows) or higher where an op needs it
     (Gelu: 20). aiacc's fused ops are written as their decomposition into standard ops (so any ONNX runtime
     can run the model) unless `keep_fused`; fused ops without a decomposition and other domains keep their
-    domain, imported at the version recorded in graph.opset_imports (1 if none).
+    domain, imported at the version recorded in graph.opset_imports (1 if none). A value guard
+    (aiacc::ValueGuard) has no ONNX form: UnsupportedError naming it.
     """
     if not keep_fused:
         graph, _ = decompose_fused(graph)
+    refuse_guards(graph, "ONNX")  # a run-time value check ONNX cannot express: never dropped silently
     imports = dict(graph.opset_imports)
     default = max(imports.get("", 17), MIN_EXPORT_OPSET)
     for n in graph:

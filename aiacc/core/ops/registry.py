@@ -67,6 +67,8 @@ class OpSchema:
     # optional replacement of the plain kernel call for ops whose kernel needs the node itself
     # (e.g. Split without sizes needs the number of outputs): f(schema, node, arrays) -> list of arrays
     node_runner: Callable[["OpSchema", Node, Sequence[np.ndarray | None]], list[np.ndarray]] | None = None
+    # running it matters beyond its outputs (a run-time check): no pass may erase, merge or fold it
+    side_effects: bool = False
 
     @property
     def qualified_op(self) -> str:
@@ -162,8 +164,9 @@ _REGISTRY: dict[tuple[str, str], OpSchema] = {}
 
 def op(name: str, *, domain: str = "", attrs: dict[str, Attr | tuple] | None = None,
        inputs: tuple[int, int] | int = 1, outputs: tuple[int, int] | int = 1,
-       infer: Callable[[InferContext], list[TensorType]] | None = None, elementwise: bool = False):
-    """Decorator registering a reference kernel as op `name` in `domain`."""
+       infer: Callable[[InferContext], list[TensorType]] | None = None, elementwise: bool = False,
+       side_effects: bool = False):
+    """Decorator registering a reference kernel as op `name` in `domain` (`side_effects`: see OpSchema)."""
 
     def wrap(kernel):
         spec = {k: (v if isinstance(v, Attr) else Attr(*v)) for k, v in (attrs or {}).items()}
@@ -174,7 +177,7 @@ def op(name: str, *, domain: str = "", attrs: dict[str, Attr | tuple] | None = N
             op=name, domain=domain, kernel=kernel, infer=infer or infer_by_running, attrs=spec,
             inputs=(inputs, inputs) if isinstance(inputs, int) else inputs,
             outputs=(outputs, outputs) if isinstance(outputs, int) else outputs,
-            elementwise=elementwise, doc=(kernel.__doc__ or "").strip())
+            elementwise=elementwise, doc=(kernel.__doc__ or "").strip(), side_effects=side_effects)
         _REGISTRY[(domain, name)] = schema
         return kernel
 
@@ -186,6 +189,13 @@ def get_schema(op_type: str, domain: str = "") -> OpSchema | None:
     if domain == "ai.onnx":
         domain = ""
     return _REGISTRY.get((domain, op_type))
+
+
+def has_side_effects(node: Node) -> bool:
+    """Whether running `node` matters beyond its outputs, so passes must keep it even when nothing reads
+    them: its op's schema says so (a value guard), or `node.meta["side_effects"]` (not serialized) does."""
+    schema = node.schema
+    return bool(node.meta.get("side_effects")) or (schema is not None and schema.side_effects)
 
 
 def all_schemas() -> list[OpSchema]:

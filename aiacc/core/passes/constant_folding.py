@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from aiacc.core.ir import Graph, Node
+from aiacc.core.ops.registry import has_side_effects
 from aiacc.core.passes.manager import Pass, PassContext, register_pass
 from aiacc.core.passes.utils import const_value, set_const
 from aiacc.errors import AiaccError
@@ -36,7 +37,7 @@ def fold_constants(graph: Graph, ctx: PassContext) -> int:
     folded = 0
     derived: set[int] = set()  # initializers this pass made (from Constant nodes): never parameters
     for node in graph.nodes:
-        if node.erased or (node.domain, node.op) in _NEVER_FOLD or node.meta.get("side_effects"):
+        if node.erased or (node.domain, node.op) in _NEVER_FOLD or has_side_effects(node):
             continue
         schema = node.schema
         if schema is None:

@@ -6,6 +6,7 @@ import hashlib
 import numpy as np
 
 from aiacc.core.ir import Graph, Node
+from aiacc.core.ops.registry import has_side_effects
 from aiacc.core.passes.manager import Pass, PassContext, register_pass
 
 _IMPURE = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
@@ -54,7 +55,7 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
     merged = dedup_initializers(graph)
     seen: dict[tuple, Node] = {}
     for node in graph.nodes:
-        if node.schema is None or node.op in _IMPURE or node.meta.get("side_effects") or not node.outputs:
+        if node.schema is None or node.op in _IMPURE or has_side_effects(node) or not node.outputs:
             continue  # opaque nodes may hide state; random ops differ on every call
         key = _node_key(node)
         other = seen.get(key)

@@ -19,13 +19,19 @@ What fx does not handle the way aiacc needs, and what this tracer does about it:
   (`_tensor_constant0`), as a buffer of its own; they are made plain attributes again (constants, not state).
 - transformers' ModelOutput.to_tuple drops None fields; a proxy field that is None on the example (read off
   an opaque call's output) is dropped too, so return_dict=False tuples keep the original's length.
+- A Python branch on tensor data (`if x.sum() > 0:`, `if mask.any().item():`, LongformerModel's global
+  attention switch) makes fx raise. The tracer answers it with the example's value, so the trace holds the
+  branch the example took, and records a value guard (`value_guard`, a call the IR keeps as
+  aiacc::ValueGuard) that raises GuardError on a call whose condition differs: specialised, never wrong.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import inspect
+import linecache
 import operator
+import os
 import sys
 from typing import Any
 
@@ -35,7 +41,7 @@ from torch import nn
 from torch.fx.proxy import Proxy
 from torch.utils import _pytree as pytree
 
-from aiacc.errors import describe
+from aiacc.errors import GuardError, describe, fallback
 from aiacc.plugins.torch.carried import CarriedObject, split
 from aiacc.plugins.torch.dispatch_fix import keep_dropped_arguments
 
@@ -62,13 +68,25 @@ class AiaccTracer(fx.Tracer):
     def to_bool(self, obj: Proxy) -> bool:
         """`if x.dim() == 3:`, `if mask.dtype == torch.bool:`, `assert H % w == 0`: a condition computed
         only from tensors' metadata (shape, dtype, rank, device) is fixed on the example inputs, like every
-        shape of the trace, and answered from them. A condition on tensor data stays fx's TraceError."""
-        if static_node(obj.node):
-            try:
-                return bool(self.example_value(obj.node))
-            except Exception:  # noqa: BLE001 - no example value: fx's own error
-                pass
-        return super().to_bool(obj)
+        shape of the trace, and answered from them. A condition on tensor data (`if x.sum() > 0:`) is
+        answered from the example too, and guarded: a value_guard call in the graph raises on a call
+        where it differs. Without an example value it stays fx's TraceError."""
+        try:
+            value = self.example_value(obj.node)
+            answer = bool(value)  # a tensor of several elements: torch's own "ambiguous" error, fx's below
+        except Exception:  # noqa: BLE001 - no example value: fx's own error
+            return super().to_bool(obj)
+        if not static_node(obj.node):
+            self._guard(obj, answer)
+        return answer
+
+    def _guard(self, cond: Proxy, expected: bool) -> None:
+        """Record value_guard(cond, expected, what) once per condition node (a flag read twice, as
+        Longformer's layers all read `is_global_attn`, is checked once)."""
+        if any(u.op == "call_function" and u.target is value_guard and u.args[1] == expected
+               for u in cond.node.users):
+            return
+        value_guard(cond, expected, _source_of(cond.node))
 
     # -- iteration over proxies ----------------------------------------------------------------------
     def iter(self, obj: Proxy):
@@ -245,6 +263,96 @@ class AiaccTracer(fx.Tracer):
             for user in list(node.users):
                 self.graph.erase_node(user)
             self.graph.erase_node(node)
+
+
+def _source_of(node: fx.Node) -> str:
+    """Where the branch on `node` is, for messages: the model's source line that asked for its truth value
+    (the innermost frame outside torch and aiacc) and the node, e.g. "`if x.sum() > 0:` (model.py:12, gt)"."""
+    skip = (os.path.dirname(torch.__file__) + os.sep,
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+    if frame is None:
+        return f"node {node.name}"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}, node {node.name}"
+    return f"`{line}` ({where})" if line else where
+
+
+def value_guard(cond: Any, expected: bool, what: str) -> Any:
+    """`cond`, after checking that its truth value is `expected`, the one the trace was specialised on
+    (GuardError otherwise, naming `what`: the branch's source). Called with an fx Proxy (while tracing, or
+    when torch.load re-traces a saved GraphModule) it records one call of itself instead: a module-level
+    function, so exported modules pickle and reload with their guards."""
+    if isinstance(cond, Proxy):
+        return cond.tracer.create_proxy("call_function", value_guard, (cond, expected, what), {},
+                                        name="value_guard")
+    if bool(cond) != expected:
+        from aiacc.core.ops.guard import mismatch_message
+
+        raise GuardError(mismatch_message("value guard", what, expected))
+    return cond
+
+
+torch.fx.node.has_side_effect(value_guard)  # fx's own dead-code elimination keeps it too
+
+
+def _tensor_items(tracer: "AiaccTracer", graph: fx.Graph) -> None:
+    """`flag = mask.any().item(); if flag:` reads a tensor into Python; where every use of the value ends
+    in a value guard (through Python arithmetic and comparisons), the read is traced as a 0-d tensor of
+    Python's own number type (bool, int64, float64: the example's value tells which) instead, so the IR
+    computes the condition as a tensor and the guard checks it on every call."""
+    for node in list(graph.nodes):
+        if node.op != "call_method" or node.target != "item" or not _ends_in_guards(node):
+            continue
+        try:
+            dtype = _PYTHON_DTYPES.get(type(tracer.example_value(node)))
+        except Exception:  # noqa: BLE001 - no example value: the read stays as it is
+            dtype = None
+        if dtype is None:
+            continue
+        with graph.inserting_before(node):
+            typed = graph.call_method("to", (graph.call_method("reshape", (node.args[0], ())), dtype))
+        node.replace_all_uses_with(typed)
+        graph.erase_node(node)
+
+
+_PYTHON_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+def _ends_in_guards(node: fx.Node, _seen: set | None = None) -> bool:
+    """Whether every use of `node` is a value guard, or Python arithmetic/comparison whose uses are."""
+    seen = set() if _seen is None else _seen
+    if node in seen:
+        return True
+    seen.add(node)
+    if not node.users:
+        return False
+    for u in node.users:
+        if u.op == "call_function" and u.target is value_guard:
+            continue
+        if u.op == "call_function" and getattr(u.target, "__module__", None) in ("_operator", "operator") \
+                and _ends_in_guards(u, seen):
+            continue
+        return False
+    return True
+
+
+def value_guards(graph: fx.Graph) -> list[tuple[str, bool]]:
+    """(what, expected) of each value guard of a traced graph, in graph order."""
+    return [(n.args[2], n.args[1]) for n in graph.nodes if n.op == "call_function" and n.target is value_guard]
+
+
+def _said_guards(module: nn.Module, guards: list[tuple[str, bool]]) -> None:
+    """One warning (and report entry, via fallback) per trace naming the conditions it was specialised on."""
+    if not guards:
+        return
+    listed = "; ".join(f"{what}: {expected}" for what, expected in guards[:4])
+    more = f" (and {len(guards) - 4} more)" if len(guards) > 4 else ""
+    fallback(f"torch.value_guard:{type(module).__name__}:{listed}",
+             f"{type(module).__name__}: a Python branch on tensor data is specialised on the example's value of "
+             f"{listed}{more}; a call where it differs raises GuardError (value guard)")
 
 
 # reading these off a tensor gives its metadata, never its data
@@ -502,16 +610,21 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
         # keep_dropped_arguments: F.l1_loss's weight= would otherwise be traced as an unweighted loss
         with capture_autograd_functions(tracer), proxy_patches(tracer), keep_dropped_arguments():
             graph = tracer.trace(module, concrete_args=concrete_args)
+        _tensor_items(tracer, graph)
         gm = fx.GraphModule(tracer.root, graph, type(module).__name__)
         _constants_not_buffers(gm, module)
         gm.meta["aiacc.returned_spec"] = tracer.returned_spec
-        return gm, tracer.forced_leaves
+        gm.meta["aiacc.value_guards"] = value_guards(graph)
     except Exception as e:  # noqa: BLE001
         why = describe(e, 200)
+        gm = None
     finally:
         tracer._env.clear()
         tracer.restore_state()
         _drop_proxies(module, saved)
+    if gm is not None:
+        _said_guards(module, gm.meta["aiacc.value_guards"])  # outside the try: strict=True's error is no fallback
+        return gm, tracer.forced_leaves
     # whole-model fallback: a graph with one call_module node on a wrapper holding the module
     wrapper = nn.Module()
     wrapper.add_module("model", module)

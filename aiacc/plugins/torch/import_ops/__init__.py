@@ -15,9 +15,11 @@ fills them; the importer never imports its tables (the plugin does, see translat
   loss         cross entropy, NLL, MSE, L1, smooth L1, Huber, BCE (functions, modules, aten ops)
   rnn          nn.LSTM / nn.GRU / nn.RNN and their cells, unrolled over the static sequence length
   aten         aten OpOverloads (torch.export programs) whose arguments differ from the torch function
+  guard        the tracer's value guards (a branch on tensor data fixed on the example's value)
 """
 from aiacc.plugins.torch.import_ops import (common, nn, shape, reduce, elementwise, attention,  # noqa: F401
                                              indexing, scatter, einsum, fft, rnn, loss, aten)
+from aiacc.plugins.torch.import_ops import guard  # noqa: F401,E402
 
 __all__ = ["common", "nn", "shape", "reduce", "elementwise", "attention", "indexing", "scatter", "einsum", "fft", "rnn",
-           "loss", "aten"]
+           "loss", "aten", "guard"]
