@@ -28,13 +28,14 @@ from aiacc.errors import ShapeError
 FOUND: contextvars.ContextVar = contextvars.ContextVar("aiacc_shapes_found", default=None)
 
 
-def _dims(shape: tuple) -> str:
+def shape_text(shape: tuple) -> str:
+    """A shape as the error messages print it: [2, None, 16]."""
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def describe(shapes: dict[str, tuple]) -> str:
     """'input_ids [2, 16], attention_mask [2, 16]' (None: a dimension of any size)."""
-    return ", ".join(f"{k} {_dims(v)}" for k, v in shapes.items())
+    return ", ".join(f"{k} {shape_text(v)}" for k, v in shapes.items())
 
 
 class ShapeSpec:
@@ -84,12 +85,12 @@ class ShapeSpec:
         if shape is None:
             return f"{model}: input {name!r} is not given; the model was built for {built[0]} ({why})"
         if d == -1:
-            return (f"{model}: input {name!r} of shape {_dims(shape)} has {len(shape)} dimensions, the model was "
-                    f"built for {_dims(want)} ({why})")
+            return (f"{model}: input {name!r} of shape {shape_text(shape)} has {len(shape)} dimensions, the model was "
+                    f"built for {shape_text(want)} ({why})")
         if d == 0 and self.batch_why and not self.free_batch:  # the second-batch check's own wording
-            return (f"{model}: input {name!r} of shape {_dims(shape)}: its dimension 0 must be {want}, the batch "
+            return (f"{model}: input {name!r} of shape {shape_text(shape)}: its dimension 0 must be {want}, the batch "
                     f"size the model was built for ({self.batch_why}); {why}")
-        return (f"{model}: input {name!r} of shape {_dims(shape)}: its dimension {d} must be {want}, the size the "
+        return (f"{model}: input {name!r} of shape {shape_text(shape)}: its dimension {d} must be {want}, the size the "
                 f"model was built for (built: {'; '.join(built)}); {why}")
 
 

@@ -26,7 +26,7 @@ import weakref
 from typing import Any
 
 from aiacc.errors import AiaccWarning, OptionError, ShapeError
-from aiacc.plugins.shape_guard import ShapeSpec, _dims, describe  # noqa: F401  (shared by every plugin)
+from aiacc.plugins.shape_guard import ShapeSpec, describe, shape_text  # noqa: F401  (shared by every plugin)
 
 DEFAULT_MAX_SHAPES = 8  # as torch.compile's recompile limit (torch._dynamo.config.cache_size_limit)
 
@@ -176,14 +176,14 @@ class Specializations:
         for (name, d), (lo, hi) in self.spec.declared.items():
             shape = got.get(name)
             if shape is not None and d < len(shape) and not (lo <= shape[d] <= hi):
-                raise ShapeError(f"{self.name}: input {name!r} of shape {_dims(shape)}: its dimension {d} is "
+                raise ShapeError(f"{self.name}: input {name!r} of shape {shape_text(shape)}: its dimension {d} is "
                                  f"{shape[d]}, outside {lo}..{hi}, the range dynamic_shapes gives it")
         if self.spec.declared:
             for name, d, want in self.spec.mismatches(got):
                 if d < 0:
                     raise self._refuse(got, "dynamic_shapes= keeps the other dimensions and every rank as traced")
                 if (name, d) not in self.spec.declared:
-                    raise ShapeError(f"{self.name}: input {name!r} of shape {_dims(got[name])}: its dimension {d} "
+                    raise ShapeError(f"{self.name}: input {name!r} of shape {shape_text(got[name])}: its dimension {d} "
                                      f"must be {want}, the size the model was built for (built: "
                                      f"{'; '.join(self.built())}); dynamic_shapes does not mark dimension {d} of "
                                      f"{name!r} dynamic")
