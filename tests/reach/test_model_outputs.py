@@ -117,3 +117,22 @@ def test_a_plain_keyword_the_example_passed_is_fixed_and_another_value_refused()
     assert len(_call(fast, fresh).hidden_states) == model.config.num_hidden_layers + 1
     with pytest.raises(UnsupportedError, match="output_hidden_states=True"):
         fast(**dict(fresh, output_hidden_states=False))
+
+
+@needs_hf
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_return_dict_false_gives_the_originals_tuple(name):
+    # transformers' can_return_tuple reads return_dict from **kwargs and branches on it in Python: traced as the
+    # example's constant, the optimized module returns a tuple of the same length as the original's, not a
+    # ModelOutput; a call asking for the dataclass again is refused (the structure was fixed by the example)
+    model, x, fresh = M.hf_model(name)
+    x, fresh = dict(x, return_dict=False), dict(fresh, return_dict=False)
+    check_whole_and_verified(model, x, fresh)
+    fast = _optimized(model, x)
+    expected, actual = _call(model, fresh), _call(fast, fresh)
+    assert type(actual) is tuple and len(actual) == len(expected)
+    for e, a in zip(expected, actual):
+        if isinstance(e, torch.Tensor):
+            assert float((e - a).abs().max()) <= 1e-4 * (float(e.abs().max()) or 1.0)
+    with pytest.raises(UnsupportedError, match="return_dict=False"):
+        fast(**dict(fresh, return_dict=True))

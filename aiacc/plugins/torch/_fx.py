@@ -49,6 +49,11 @@ from aiacc.plugins.torch.dispatch_fix import keep_dropped_arguments
 _TRACE_THROUGH = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
+def _plain_constant(v: Any) -> bool:
+    """None, a bool, number or string: a value the trace fixes (ArgumentGuard refuses a call that changes it)."""
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
 class AiaccTracer(fx.Tracer):
     """An fx Tracer with aiacc's leaf policy and the per-submodule fallback described above."""
 
@@ -198,7 +203,10 @@ class AiaccTracer(fx.Tracer):
                 positional += [ph[i] for i in range(len(var_args.get(p.name, ())))]
             elif p.kind == p.VAR_KEYWORD:
                 ph = self.create_proxy("placeholder", "**" + p.name, (), {})
-                keywords.update({k: ph[k] for k in var_args.get(p.name, {})})
+                # a plain value the example passes through **kwargs (transformers' return_dict=False) is a
+                # constant of the trace, as a named parameter's is: decorators branch on it in Python
+                keywords.update({k: v if _plain_constant(v) else ph[k]
+                                 for k, v in var_args.get(p.name, {}).items()})
             else:
                 value = self._proxy_placeholder(p.name, concrete_args, sig, fn)
                 if p.kind == p.KEYWORD_ONLY or (by_name and p.kind != p.POSITIONAL_ONLY):
