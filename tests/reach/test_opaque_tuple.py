@@ -23,9 +23,11 @@ def _bert_with_opaque_encoder(return_dict):
     forward = type(encoder).forward
 
     def data_dependent(self, hidden_states, *args, **kwargs):
-        if hidden_states.abs().sum() >= 0:  # a branch on a tensor's value: fx cannot trace the encoder
-            return forward(self, hidden_states, *args, **kwargs)
-        raise AssertionError("unreachable")
+        # a count read from a tensor's value with int() (1 here): no trace holds it (a value guard fixes a
+        # branch's direction, not a count), so the encoder stays opaque
+        for _ in range(int(hidden_states.abs().sum() >= 0)):
+            out = forward(self, hidden_states, *args, **kwargs)
+        return out
 
     encoder.forward = types.MethodType(data_dependent, encoder)
     return model.eval(), x, fresh

@@ -31,15 +31,16 @@ class ScaledRelu(torch.autograd.Function):
 
 
 class DataDependent(nn.Module):
-    """Python control flow on a tensor value: fx cannot trace it."""
+    """Python control flow on a tensor value that no trace holds: a loop whose trip count is read from the
+    data with int() (a value guard fixes which way a branch goes, not a count), so it stays opaque."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.scale = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        if x.mean() > 0:
-            return x * self.scale
+        for _ in range(1 + int((x > 0).sum()) % 2):
+            x = x * self.scale
         return x - self.scale
 
 

@@ -98,12 +98,23 @@ def test_conditions_on_shape_dtype_and_rank_are_fixed_on_the_example():
     _check(_MetaControlFlow(), (x, m), (torch.randn(2, 3, 4), torch.randint(0, 2, (2, 3))))
 
 
-def test_condition_on_tensor_data_still_is_not_fixed():
+def test_condition_on_tensor_data_is_guarded_and_a_count_read_from_it_is_not_fixed():
     class DataFlow(nn.Module):
         def forward(self, x):
             return x + 1 if x.sum() > 0 else x - 1
-    graph = aiacc.trace(DataFlow(), (torch.ones(2),))
-    assert len(_opaque(graph)) == 1  # the whole forward: never specialized on the example's data
+
+    class DataCount(nn.Module):
+        def forward(self, x):
+            for _ in range(int((x > 0).sum())):
+                x = x * 2
+            return x
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        branch = aiacc.trace(DataFlow(), (torch.ones(2),))
+        count = aiacc.trace(DataCount(), (torch.ones(2),))
+    # a branch: the example's way, behind a value guard (tests/reach/test_value_guard.py); never unguarded
+    assert _opaque(branch) == [] and [n.op for n in branch if n.op == "ValueGuard"] == ["ValueGuard"]
+    assert len(_opaque(count)) == 1  # the whole forward: a count is never specialized on the example's data
 
 
 class _Output(collections.OrderedDict):
