@@ -130,6 +130,8 @@ class Builder:
         self.first_state: str | None = None  # the qualified name of the first model state tensor (device())
         # data address -> the original's tensor the exported module may share (export() fills it; tensor_of)
         self.shareable: dict[int, torch.Tensor] = {}
+        # deepcopy's memo for the opaque modules' copies: id(original Parameter) -> the exported one (export())
+        self.copy_memo: dict[int, Any] = {}
 
     # -- emitting ----------------------------------------------------------------------------------
     def call(self, fn: Callable, *args: Any, **kwargs: Any) -> fx.Node:
@@ -156,16 +158,9 @@ class Builder:
 
     # -- state ---------------------------------------------------------------------------------------
     def register(self, qualname: str, tensor: torch.Tensor, kind: str, requires_grad: bool) -> None:
-        *path, leaf = qualname.split(".")
-        owner = self.root
-        for part in path:
-            if not hasattr(owner, part) or not isinstance(getattr(owner, part), nn.Module):
-                owner.add_module(part, nn.Module())
-            owner = getattr(owner, part)
         if kind == "parameter":
-            owner.register_parameter(leaf, nn.Parameter(tensor, requires_grad=requires_grad))
-        else:
-            owner.register_buffer(leaf, tensor)
+            tensor = nn.Parameter(tensor, requires_grad=requires_grad)
+        register_state(self.root, qualname, tensor)
 
     def constant(self, array: np.ndarray) -> fx.Node:
         name = f"aiacc_const{self._consts}"
@@ -184,7 +179,9 @@ class Builder:
     def add_opaque_module(self, module: nn.Module, copy_module: bool = True, qualname: str | None = None) -> str:
         """Register an opaque callable; under its original qualified name when that is free (so its
         parameters keep their state_dict keys), else under `opaque.<n>`."""
-        module = copy.deepcopy(module) if copy_module else module
+        # one memo for every copy: a Parameter the exported graph also reads, or two opaque calls share (a tied
+        # weight), stays one tensor, so training it moves every use
+        module = copy.deepcopy(module, self.copy_memo) if copy_module else module
         if qualname:
             *path, leaf = qualname.split(".")
             owner = self.root
@@ -204,6 +201,21 @@ class Builder:
         self._opaque += 1
         self.root.opaque.add_module(name, module)
         return f"opaque.{name}"
+
+
+def register_state(root: nn.Module, qualname: str, tensor: torch.Tensor) -> None:
+    """Register `tensor` (a Parameter, else a buffer) at `qualname` under `root`, making the plain submodules
+    on the way."""
+    *path, leaf = qualname.split(".")
+    owner = root
+    for part in path:
+        if not hasattr(owner, part) or not isinstance(getattr(owner, part), nn.Module):
+            owner.add_module(part, nn.Module())
+        owner = getattr(owner, part)
+    if isinstance(tensor, nn.Parameter):
+        owner.register_parameter(leaf, tensor)
+    else:
+        owner.register_buffer(leaf, tensor)
 
 
 def _aligned(array: Any) -> torch.Tensor:
@@ -251,6 +263,7 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     graph, _ = decompose_fused(graph, keep=lambda n: n.qualified_op in LOWERINGS)
     b = Builder(graph, original)
     state = graph.meta.get("torch.state", {})
+    aliases = graph.meta.get("torch.state_aliases", {})
     original_state = _original_state(original)
     # a buffer is shared with the original only while no opaque call (the one thing of the exported forward
     # that may write into model state) runs: a module updating a buffer must not update the original's
@@ -267,6 +280,8 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
         if v.producer is not None:
             continue
         b.register(qualname, _state_tensor(b, v, qualname, original_state), kind, requires_grad)
+        if kind == "parameter" and qualname in original_state:
+            b.copy_memo[id(original_state[qualname])] = b.root.get_parameter(qualname)
         b.env[id(v)] = ("state", qualname)
         b.first_state = b.first_state or qualname
     # inputs
@@ -324,6 +339,19 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     b.fx.lint()
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
+    # a tied weight: the one tensor under the original's other names too (the same state_dict keys; GraphModule
+    # keeps only what its graph reads, so they are registered on it), so an optimizer step moves every use
+    for qualname, others in aliases.items():
+        kind = next((k for q, k, _ in state.values() if q == qualname), None)
+        try:
+            tensor = gm.get_parameter(qualname) if kind == "parameter" else gm.get_buffer(qualname)
+        except AttributeError:
+            continue  # not registered: no use of it is left in the graph (inference: folded into a copy)
+        for alias in others:
+            try:
+                register_state(gm, alias, tensor)
+            except KeyError:  # the name is another kind of attribute there (an opaque module's): left out
+                pass
     gm.train(graph.meta.get("torch.mode") == "train")
     device = _device_of(original)
     if device is not None and device.type != "cpu":  # optimize on a CUDA model: the result runs where it does

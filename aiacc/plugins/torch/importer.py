@@ -225,7 +225,8 @@ class Importer:
         self.args, self.kwargs = normalize_inputs(model, example_inputs)
         self.graph = Graph(type(model).__name__)
         self.state: dict[str, tuple[str, str, bool]] = {}
-        self._state_values: dict[str, Value] = {}  # qualified name -> value
+        self._state_values: dict[str, Value] = {}  # qualified name (any alias of a tied tensor) -> value
+        self._canonical: dict[int, str] | None = None  # see _canonical_names
         self._const_count = 0
         self.current: fx.Node | None = None
         self.opaque_reasons: dict[str, str] = {}
@@ -272,6 +273,9 @@ class Importer:
         g = self.graph
         g.meta["torch.mode"] = self.mode
         g.meta["torch.state"] = dict(self.state)
+        aliases = self._state_aliases()
+        if aliases:
+            g.meta["torch.state_aliases"] = aliases
         g.meta["torch.opaque_reasons"] = dict(self.opaque_reasons)
         g.verify()
         return g
@@ -435,8 +439,10 @@ class Importer:
     def _rollback(self, mark) -> None:
         """Undo a converter that gave up halfway: its nodes, constants and state values."""
         for v in self.graph.rollback(mark):
-            qualname = self.state.pop(v.name, (None,))[0]
-            self._state_values.pop(qualname, None)
+            if self.state.pop(v.name, None) is not None:
+                # every name of the state (a tied weight's aliases too)
+                for name in [k for k, sv in self._state_values.items() if sv is v]:
+                    del self._state_values[name]
 
     # -- helpers for converters ----------------------------------------------------------------------
     @property
@@ -471,11 +477,19 @@ class Importer:
         return self.const(np.asarray(value, dtype=dtype))
 
     def state_value(self, module: nn.Module | None, qualname: str, tensor: torch.Tensor | None = None) -> Value:
-        """The IR value of a parameter or buffer, by qualified name (created once)."""
+        """The IR value of a parameter or buffer, by qualified name (created once). A tensor the model holds
+        under several names (tied weights: BERT's MLM decoder weight is its word embedding) is one value under
+        the name `named_parameters()` gives it, so both uses read one graph input in train mode (their
+        gradients add up in it) and the exported module holds one parameter, as the original does."""
         if qualname in self._state_values:
             return self._state_values[qualname]
         if tensor is None:
             tensor = self.gm.get_parameter(qualname) if _is_param(self.gm, qualname) else self.gm.get_buffer(qualname)
+        alias = qualname
+        qualname = self._canonical_names().get(id(tensor), qualname)
+        if qualname in self._state_values:
+            self._state_values[alias] = self._state_values[qualname]
+            return self._state_values[qualname]
         kind = "parameter" if isinstance(tensor, nn.Parameter) else "buffer"
         requires_grad = bool(tensor.requires_grad)
         if self.mode == "train":
@@ -484,7 +498,28 @@ class Importer:
             v = self.graph.add_initializer(qualname, state_array(tensor))
         self.state[v.name] = (qualname, kind, requires_grad)
         self._state_values[qualname] = v
+        self._state_values[alias] = v
         return v
+
+    def _state_aliases(self) -> dict[str, list[str]]:
+        """{state qualname: the model's other names for the same tensor} for tied weights, so the exported
+        module registers that one tensor under every name the original has (the same state_dict keys; an
+        optimizer step on it moves every use)."""
+        names: dict[int, list[str]] = {}
+        for name, t in list(self.model.named_parameters(remove_duplicate=False)) + \
+                list(self.model.named_buffers(remove_duplicate=False)):
+            names.setdefault(id(t), []).append(name)
+        by_name = {ns[0]: ns[1:] for ns in names.values() if len(ns) > 1}
+        return {q: [a for a in by_name[q] if a != q] for q, _, _ in self.state.values() if q in by_name}
+
+    def _canonical_names(self) -> dict[int, str]:
+        """id(tensor) -> the one name the model's deduplicated named_parameters() / named_buffers() give it
+        (built once; the model's tensors stay alive while it is traced, so the ids are stable)."""
+        if self._canonical is None:
+            self._canonical = {}
+            for name, t in list(self.model.named_parameters()) + list(self.model.named_buffers()):
+                self._canonical.setdefault(id(t), name)
+        return self._canonical
 
     def param(self, module: nn.Module, attr: str) -> Value | None:
         """The value of `module.<attr>` (None when the attribute is None)."""

@@ -359,10 +359,11 @@ def _eval_for_inference(model: Any, mode: str):
 
 
 def _lookup_state(model: Any, qualname: str) -> Any:
-    for name, t in model.named_parameters():
+    # every name, a tied weight's other names too
+    for name, t in model.named_parameters(remove_duplicate=False):
         if name == qualname:
             return t
-    for name, t in model.named_buffers():
+    for name, t in model.named_buffers(remove_duplicate=False):
         if name == qualname:
             return t
     # a whole-model opaque fallback registers the model under "model."
