@@ -95,10 +95,35 @@ def _tf_unary():
     }
 
 
-for _name in ("Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
+for _name in ("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Neg", "Abs", "Floor", "Ceil",
               "Round", "Sign", "Sin", "Cos", "Not", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu", "Gelu",
               "HardSigmoid", "HardSwish", "Mish"):
     emitters.add(_name, _act(lambda n, x, _k=_name: _tf_unary()[_k](n, x)))
+
+
+@emitters.register("Sqrt")
+def _sqrt(ex: Emitter, node):
+    """Built when read: a Sqrt read only by Reciprocal (the TF importer's form of Rsqrt) becomes no TF op."""
+    x_v = node.inputs[0]
+
+    def make():
+        t, f = ex.env_entry(x_v)
+        return tf().math.sqrt(t), f
+    ex.defer(node.outputs[0], make)
+
+
+@emitters.register("Reciprocal")
+def _reciprocal(ex: Emitter, node):
+    """Reciprocal(Sqrt(x)) -> one Rsqrt (tf.nn.batch_normalization's and Keras' own op: one op and one
+    RsqrtGrad in the backward instead of two of each; equal within float rounding)."""
+    x_v = node.inputs[0]
+    p = x_v.producer
+    if p is not None and p.op == "Sqrt" and p.domain == "" and p.inputs[0] is not None:
+        t, f = ex.env_entry(p.inputs[0])
+        ex.set(node.outputs[0], tf().math.rsqrt(t), f)
+        return
+    t, f = ex.env_entry(x_v)
+    ex.set(node.outputs[0], tf().math.reciprocal(t), f)
 
 
 @emitters.register("Clip")
@@ -148,6 +173,20 @@ def _broadcast_operands(ex: Emitter, node, inputs=None) -> tuple[list, bool]:
 
 def _binary(fn_name):
     def emit(ex, node):
+        if fn_name == "Sub":
+            # built when read: a Sub read only as Mul(d, d) (the TF importer's SquaredDifference) is no TF op
+            ex.defer(node.outputs[0], lambda: compute(ex, node))
+            return
+        if fn_name == "Mul" and node.inputs[0] is node.inputs[1] and _is_sub(node.inputs[0].producer):
+            # Mul(a - b, a - b) -> SquaredDifference(a, b), tf.nn.moments' own op: its gradient is one
+            # 2 * (a - b) * dy, where Mul's gives dy * d and d * dy summed by an AddN (equal: doubling is exact)
+            (a, b), f = _broadcast_operands(ex, node.inputs[0].producer)
+            if a.dtype == b.dtype and a.dtype.is_floating:
+                ex.set(node.outputs[0], tf().math.squared_difference(a, b), f)
+                return
+        ex.set(node.outputs[0], *compute(ex, node))
+
+    def compute(ex, node):
         tfm = tf()
         a_v, b_v = node.inputs[0], node.inputs[1]
         ops, f = _broadcast_operands(ex, node)
@@ -158,8 +197,7 @@ def _binary(fn_name):
                 if c is not None and ex.flagged(x_v) and c.dtype.kind == "f":
                     c2 = const_to_nhwc(c)
                     if c2 is not None and c2.ndim == 1 and c2.shape[0] == x_v.shape[1] and x_v.shape[1] != 1:
-                        ex.set(node.outputs[0], tfm.nn.bias_add(x_t, tfm.constant(c2)), True)
-                        return
+                        return tfm.nn.bias_add(x_t, tfm.constant(c2)), True
         if fn_name == "Add" and not f:
             # (..., C) + constant (C,): BiasAdd, which Grappler fuses into the MatMul before it
             for x_v, c_v, x_t in ((a_v, b_v, ops[0]), (b_v, a_v, ops[1])):
@@ -167,8 +205,7 @@ def _binary(fn_name):
                 s = x_v.shape
                 if c is not None and c.ndim == 1 and c.dtype.kind == "f" and x_v.const is None and s is not None \
                         and len(s) >= 2 and s[-1] == c.shape[0] and node.outputs[0].shape == s:
-                    ex.set(node.outputs[0], tfm.nn.bias_add(x_t, tfm.constant(c)))
-                    return
+                    return tfm.nn.bias_add(x_t, tfm.constant(c)), False
         a, b = ops
         if a.dtype != b.dtype and fn_name != "Pow":
             b = tfm.cast(b, a.dtype)
@@ -188,9 +225,14 @@ def _binary(fn_name):
             "GreaterOrEqual": lambda: tfm.math.greater_equal(a, b),
             "Mod": lambda: tfm.math.truncatemod(a, b) if node.attr("fmod") else tfm.math.floormod(a, b),
         }[fn_name]()
-        ex.set(node.outputs[0], y, f)
+        return y, f
 
     return emit
+
+
+def _is_sub(node) -> bool:
+    return node is not None and node.op == "Sub" and node.domain == "" and len(node.inputs) == 2 and \
+        all(v is not None for v in node.inputs)
 
 
 for _name in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
@@ -474,8 +516,23 @@ def _gemm(ex, node):
         if c is not None and beta == 1.0 and c.ndim == 1:
             y = tfm.nn.bias_add(y, tfm.constant(c.astype(node.outputs[0].dtype or c.dtype)))
         else:
-            y = y + beta * ex.std(node.inputs[2])
+            y = _gemm_c(ex, node, y, beta)
     ex.set(node.outputs[0], y)
+
+
+def _gemm_c(ex, node, y, beta):
+    """y + beta * C of a Gemm-like node, C not a constant (a trained bias variable in mode="train"): a
+    BiasAdd where C is a vector along y's last axis (Keras Dense's own op: its gradient is one BiasAddGrad,
+    not Sum + Reshape), no Mul for beta == 1."""
+    tfm = tf()
+    c_v = node.inputs[2]
+    c = ex.std(c_v)
+    if beta != 1.0:
+        c = beta * c
+    if c_v.shape is not None and len(c_v.shape) == 1 and y.shape.rank is not None and y.shape.rank >= 2 and \
+            isinstance(c_v.shape[0], int) and y.shape[-1] == c_v.shape[0] and c.dtype == y.dtype:
+        return tfm.nn.bias_add(y, c)
+    return y + c
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -590,6 +647,12 @@ def _flatten(ex, node):
 
 @emitters.register("Transpose")
 def _transpose(ex, node):
+    """Built when read (Emitter.defer): a training graph's kernel Transpose (HWIO -> OIHW) that Conv reads
+    around (_conv_filter) then leaves no dead TF op behind."""
+    ex.defer(node.outputs[0], lambda: _transposed(ex, node))
+
+
+def _transposed(ex, node):
     tfm = tf()
     x_v = node.inputs[0]
     r = ex.rank(x_v)
@@ -600,11 +663,10 @@ def _transpose(ex, node):
         perm = [TO_NHWC.index(p) for p in perm]
         f = False
     if tuple(perm) == TO_NCHW and len(perm) == 4:
-        ex.set(node.outputs[0], t, True)  # only the flag changes: no TF op
-    elif perm == list(range(len(perm))):
-        ex.set(node.outputs[0], t, False)
-    else:
-        ex.set(node.outputs[0], tfm.transpose(t, perm), False)
+        return t, True  # only the flag changes: no TF op
+    if perm == list(range(len(perm))):
+        return t, False
+    return tfm.transpose(t, perm), False
 
 
 @emitters.register("Squeeze")
@@ -840,7 +902,7 @@ def _fused_gemm(ex, node):
         if c is not None and c.ndim == 1:
             y = tfm.nn.bias_add(y, tfm.constant((c * beta).astype(c.dtype)))
         else:
-            y = y + beta * ex.std(node.inputs[2])
+            y = _gemm_c(ex, node, y, beta)
     ex.set(node.outputs[0], _activation(node, y))
 
 

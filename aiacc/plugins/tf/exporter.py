@@ -140,14 +140,19 @@ class Emitter:
         self.graph = graph
         self.env: dict[int, tuple[Any, bool]] = {}
         self._cache: dict[tuple[str, int], Any] = {}
+        # value id -> a function making its (tensor, nhwc) entry: pure ops built only when read (a training
+        # graph's kernel Transposes, which Conv reads around, and a Sqrt under Reciprocal, emitted as Rsqrt)
+        self._lazy: dict[int, Any] = {}
 
-    def run(self, xs: list) -> list:
+    def run(self, xs: list, identities: bool = True) -> list:
+        """The graph's outputs (in the IR layout) from its inputs `xs`, each through a tf.identity unless
+        identities=False (a training step, whose outputs are assigned to variables or returned as they are)."""
         tfm = tf()
         for v, x in zip(self.graph.inputs, xs):
             self.env[id(v)] = (x, False)
         for node in self.graph:
             self.emit(node)
-        return [tfm.identity(self.std(v)) for v in self.graph.outputs]
+        return [tfm.identity(self.std(v)) if identities else self.std(v) for v in self.graph.outputs]
 
     def emit(self, node: Node) -> None:
         fn = emitters.get(node.qualified_op)
@@ -160,7 +165,10 @@ class Emitter:
     # -- values -------------------------------------------------------------------------------------
     def env_entry(self, v: Value) -> tuple[Any, bool]:
         if id(v) not in self.env:
-            if v.const is not None:
+            make = self._lazy.pop(id(v), None)
+            if make is not None:
+                self.env[id(v)] = make()
+            elif v.const is not None:
                 self.env[id(v)] = (tf().constant(v.const), False)
             else:
                 raise UnsupportedError(f"value %{v.name} is read before it is defined")
@@ -168,6 +176,12 @@ class Emitter:
 
     def set(self, v: Value, tensor: Any, nhwc: bool = False) -> None:
         self.env[id(v)] = (tensor, nhwc)
+
+    def defer(self, v: Value, make: Any) -> None:
+        """Build v's entry (make() -> (tensor, nhwc)) when something first reads it, not now: for a pure op
+        whose result may never be read in TF (no dead op in the exported graph). A graph output is read
+        at the end of run(), so it is always built."""
+        self._lazy[id(v)] = make
 
     def flagged(self, v: Value | None) -> bool:
         return v is not None and v.const is None and self.env_entry(v)[1]
