@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 import aiacc
-from aiacc.errors import AiaccWarning, FallbackError, OptionError, UnsupportedError
+from aiacc.errors import AiaccWarning, FallbackError, GuardError, OptionError, UnsupportedError
 from tests.reach import _models as M
 from tests.reach.test_reach import needs_hf, needs_timm
 
@@ -239,7 +239,8 @@ def test_lstm_through_export_decompositions():
 
 
 class _DataBranch(nn.Module):
-    """A branch on tensor data: torch.fx keeps the submodule opaque and torch.export cannot capture it."""
+    """A loop count read from tensor data (int() of a tensor; a value guard fixes a branch's direction, not a
+    count): torch.fx keeps the submodule opaque and torch.export cannot capture it."""
 
     def __init__(self):
         super().__init__()
@@ -252,8 +253,8 @@ class _DataBranch(nn.Module):
 
 class _Gate(nn.Module):
     def forward(self, x):
-        if x.sum() > 0:
-            return x * 2
+        for _ in range(int((x > 0).sum()) % 3):
+            x = x * 2
         return x - 1
 
 
@@ -319,8 +320,10 @@ def test_timm_sequencer_lstm_through_export():
 
 @needs_hf
 @pytest.mark.skipif(not FULL, reason="~20 s: AIACC_REACH_FULL=1")
-def test_longformer_both_fail_on_data_dependent_global_attention():
-    # `is_global_attn = ....any().item()` branches on data: torch.export refuses it, fx keeps that part opaque
+def test_longformer_data_dependent_global_attention_is_value_guarded():
+    # `is_global_attn = ....any().item()` branches on data: torch.export refuses it; torch.fx answers it with
+    # the example's value (no global token) and a value guard, so the model traces whole and a call with a
+    # global token (attention_mask 2) raises GuardError instead of giving the local-only answer
     tr = M.transformers()
     torch.manual_seed(0)
     config = tr.LongformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -328,10 +331,24 @@ def test_longformer_both_fail_on_data_dependent_global_attention():
                                  pad_token_id=1)
     model = tr.LongformerModel(config).eval()
     g = torch.Generator().manual_seed(0)
-    x = {"input_ids": torch.randint(2, 100, (2, 16), generator=g), "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
-    with pytest.warns(AiaccWarning, match="torch.export was tried too: it failed"):
+
+    def feed():
+        return {"input_ids": torch.randint(2, 100, (2, 16), generator=g),
+                "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
+    x, fresh = feed(), feed()
+    with pytest.warns(AiaccWarning, match="specialised on the example.s value of `if is_global_attn:`"):
         graph = aiacc.trace(model, x)
-    assert graph.meta["torch.frontend"] == "fx" and _opaque(graph)
+    assert graph.meta["torch.frontend"] == "fx"
+    assert _opaque(graph) == [], graph.meta["torch.opaque_reasons"]
+    assert [n.attrs["expected"] for n in graph if n.op == "ValueGuard"] == [0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, x)
+    assert_equal_outputs(model, fast, fresh)
+    glob = dict(fresh, attention_mask=fresh["attention_mask"].clone())
+    glob["attention_mask"][0, 0] = 2  # a global token: the branch the example did not take
+    with pytest.raises(GuardError, match="specialised on the example.s value of `if is_global_attn:`"):
+        _call(fast, glob)
 
 
 HF_SWEEP = ["bert", "gpt2", "llama", "t5_encoder", "bart", "vit", "deberta_v2"]

@@ -1,7 +1,9 @@
 """Constructs found by the reach sweep (benchmarks/reach.py) in models nobody here wrote, in small
 modules: addcmul / addcdiv (timm ResMLP's Affine), an integer tensor times a Python float (timm MViTv2's
 relative positions), baddbmm with keyword operands (BLOOM's ALiBi scores), an index list after an
-ellipsis (Falcon's fused QKV split), torch's RMSNorm, narrow and one_hot. Each traces with no opaque node and equals the original."""
+ellipsis (Falcon's fused QKV split), torch's RMSNorm, narrow and one_hot, Longformer's overlapping chunks
+(as_strided, stride, views to computed sizes) and band masks (tril, Tensor.where, torch.masked_fill). Each
+traces with no opaque node and equals the original."""
 from __future__ import annotations
 
 import warnings
@@ -54,7 +56,41 @@ class _RmsNarrowOneHot(nn.Module):
             - torch.subtract(x, x.abs()) + x.divide(torch.true_divide(x.abs(), 2) + 1)
 
 
+class _OverlappingChunks(nn.Module):
+    """Longformer's _chunk and its value chunks: a view to a chunk count computed with torch.div on a size,
+    the strides read with x.stride(), as_strided to overlapping windows (of a contiguous tensor and of a
+    transposed-then-reshaped view whose memory is not in its logical order), torch.as_strided with an
+    explicit storage_offset, and new_zeros sized by tensor ops on sizes."""
+
+    def forward(self, x):
+        w = 2
+        b, n, d = x.shape
+        chunks = x.view(b, torch.div(n, w * 2, rounding_mode="trunc"), w * 2, d)
+        size, stride = list(chunks.size()), list(chunks.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        overlapping = chunks.as_strided(size=size, stride=stride)
+        # (n, b, d) memory read as (b, n, d): as_strided follows the memory, not the logical order
+        t = x.transpose(0, 1).contiguous().transpose(0, 1)
+        count = torch.div(n, w, rounding_mode="trunc") - 1
+        s = t.stride()
+        windows = t.as_strided(size=(b, count, 2 * w, d), stride=(s[0], w * s[1], s[1], s[2]))
+        shifted = torch.as_strided(x, (b, 3, d), (n * d, d, 1), storage_offset=d)
+        return overlapping.sum(2) * 1.5, windows + x.new_zeros((b, count + 1, 1, 1))[:, 1:], shifted
+
+
+class _BandMasks(nn.Module):
+    """Longformer's band masks: x.tril() / torch.tril / triu with a diagonal, x.where(cond, other),
+    torch.masked_fill and x.masked_fill."""
+
+    def forward(self, x, mask):
+        band = x.new_ones(x.shape[-2], x.shape[-1]).tril().flip(dims=[0])
+        y = torch.full_like(x, -1e4).where(band.bool(), x) + torch.tril(x, -1) + x.triu(1) * 2 + torch.triu(x)
+        return torch.masked_fill(y, mask, 0.0) + x.masked_fill(~mask, 3.0)
+
+
 CASES = {
+    "overlapping_chunks": (_OverlappingChunks, lambda: (torch.randn(2, 8, 3),)),
+    "band_masks": (_BandMasks, lambda: (torch.randn(2, 4, 5), torch.rand(2, 4, 5) > 0.5)),
     "rms_norm_narrow_one_hot": (_RmsNarrowOneHot, lambda: (torch.randn(2, 5, 8), torch.randint(0, 8, (2, 5)))),
     "addcmul": (_AddC, lambda: (torch.randn(2, 5, 8), torch.randn(2, 5, 8), torch.randn(8))),
     "int_times_float": (_IntTimesFloat, lambda: (torch.randn(2, 6, 6),)),
@@ -92,6 +128,30 @@ def test_unfold_and_fold_are_convolutions():
         graph = aiacc.trace(model, x)
         assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
         assert {"Conv", "ConvTranspose"} <= {n.op for n in graph}
+        fast = aiacc.optimize(model, x)
+    with torch.no_grad():
+        assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
+
+
+class _StridedOutside(nn.Module):
+    """as_strided reading storage the view does not own (rows of the tensor x[:2] is a view of), and of an
+    expanded tensor (several elements, one memory location): no value-level meaning, kept opaque."""
+
+    def forward(self, x):
+        outside = x[:2].as_strided((3, 4), (4, 1))
+        shared = x[:1].expand(3, 4).as_strided((2, 2), (1, 1))
+        return outside * 2, shared
+
+
+def test_as_strided_outside_the_tensors_own_elements_stays_opaque_and_correct():
+    model = _StridedOutside().eval()
+    x, fresh = (torch.randn(4, 4),), (torch.randn(4, 4),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x)
+        reasons = sorted(graph.meta["torch.opaque_reasons"].values())
+        assert len(reasons) == 2 and any("outside the tensor's own elements" in r for r in reasons) \
+            and any("share memory" in r for r in reasons), reasons
         fast = aiacc.optimize(model, x)
     with torch.no_grad():
         assert_close_rel(model(*fresh), fast(*fresh), 1e-5)

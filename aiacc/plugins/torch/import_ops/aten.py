@@ -135,6 +135,12 @@ def _triangle(upper: bool):
     return conv
 
 
+# torch.tril / x.tril (Longformer's band masks) and triu: the same converters as the aten ops
+for _upper, _name in ((True, "triu"), (False, "tril")):
+    METHODS[_name] = _triangle(_upper)
+    FUNCTIONS[getattr(torch, _name)] = _triangle(_upper)
+
+
 def _einsum(imp, equation, operands, path=None):
     return FUNCTIONS[torch.einsum](imp, equation, *operands)
 

@@ -337,12 +337,21 @@ def _where(imp, cond, a=None, b=None):
     return imp.op("Where", cond, a, b)
 
 
+@METHODS.register("where")
+def _tensor_where(imp, x, condition, other):
+    """x.where(condition, other) is torch.where(condition, x, other) (Longformer's band masks)."""
+    return _where(imp, condition, x, other)
+
+
 @METHODS.register("masked_fill", "masked_fill_")
 def _masked_fill(imp, x, mask, value):
     x = tensor(x)
     if isinstance(value, Value):
         raise Untranslatable("tensor fill value")
     return imp.op("Where", tensor(mask), imp.scalar_like(value, x), x)
+
+
+FUNCTIONS[torch.masked_fill] = _masked_fill  # torch.masked_fill(x, mask, value), Longformer's form
 
 
 # ---------------------------------------------------------------------------------- more activations

@@ -113,6 +113,7 @@ def reshape_target(imp, x: Value, shape) -> list[int]:
     in_shape = x.shape or ()
     out = []
     for i, d in enumerate(shape):
+        d = _known_int(d)  # a size computed by tensor ops on static sizes (Longformer's chunk counts)
         if isinstance(d, Value):
             raise Untranslatable("reshape to a computed tensor shape")
         axis = getattr(d, "axis", None)
@@ -478,11 +479,82 @@ def _new_constant(imp, x, *args, **kwargs):
     """A constant made from sizes and values (recomputed: the example run's tensor may have been changed
     in place since)."""
     like = imp.example_of(imp.current.args[0])
-    if not isinstance(like, torch.Tensor) or any(isinstance(a, Value) for a in list(args) + list(kwargs.values())):
+    # a size computed with tensor ops on sizes (Longformer's `torch.div(seq_len, w) - 1`) is a known value
+    args, kwargs = torch.utils._pytree.tree_map(_known_int, (args, kwargs))
+    if not isinstance(like, torch.Tensor):
         raise Untranslatable("no example value")
+    if any(isinstance(a, Value) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+        raise Untranslatable("a size or value computed at run time")
     return imp.const(tensor_to_numpy_(getattr(like, imp.current.target)(*[int(a) if isinstance(a, int) and not
                                                                           isinstance(a, bool) else a for a in args],
                                                                         **kwargs)))
+
+
+def _known_int(v):
+    """A one-element integer Value whose value is known at build time, as a Python int (else v)."""
+    if isinstance(v, Value):
+        from aiacc.core.ops import registry
+
+        c = registry.known_value(v)
+        if c is not None and c.size == 1 and c.dtype.kind in "iu":
+            return int(c.reshape(-1)[0])
+    return v
+
+
+@METHODS.register("stride")
+def _stride(imp, x, dim=None):
+    """x.stride([dim]): the example tensor's strides in elements, fixed at trace time like its shape
+    (Longformer builds as_strided windows from them)."""
+    tensor(x)
+    like = imp.example_of(imp.current.args[0])
+    if not isinstance(like, torch.Tensor):
+        raise Untranslatable("no example value")
+    return like.stride() if dim is None else like.stride(dim)
+
+
+def as_strided(imp, x, size, stride, storage_offset=None):
+    """x.as_strided(size, stride, storage_offset) (Longformer's overlapping attention chunks): element
+    [j0, j1, ...] is the storage element at storage_offset + sum(j_k * stride_k). The IR holds values, not
+    memory, so the storage is read through x's own layout on the example (its strides and offset, which the
+    ops before it fix for given shapes): each storage position is mapped back to the element of x that holds
+    it, and the result is one Gather of the flat x with that constant index array (one int64 per output
+    element). A position no element of x holds (storage of a larger tensor x is a view of), or an x whose
+    elements overlap in memory (an expanded tensor), has no such meaning: Untranslatable."""
+    x = tensor(x)
+    size, stride, storage_offset = torch.utils._pytree.tree_map(_known_int, (size, stride, storage_offset))
+    if any(isinstance(a, Value) for a in torch.utils._pytree.tree_leaves((size, stride, storage_offset))):
+        raise Untranslatable("as_strided with a size or stride computed at run time")
+    like = imp.example_of(imp.current.args[0])
+    if not isinstance(like, torch.Tensor):
+        raise Untranslatable("no example value")
+    size, stride = [int(d) for d in size], [int(d) for d in stride]
+    if len(size) != len(stride):
+        raise Untranslatable(f"as_strided: {len(size)} sizes and {len(stride)} strides")
+    start = like.storage_offset() if storage_offset is None else int(storage_offset)
+    held = _storage_positions(list(like.shape), list(like.stride()), like.storage_offset())
+    wanted = _storage_positions(size, stride, start)
+    if held.size == 0 or wanted.size == 0:
+        raise Untranslatable("as_strided of or to an empty tensor")
+    owner = np.full(int(held.max()) + 1, -1, dtype=np.int64)  # storage position -> x's flat element
+    owner[held.reshape(-1)] = np.arange(held.size, dtype=np.int64)
+    if np.count_nonzero(owner >= 0) != held.size:
+        raise Untranslatable("as_strided of a tensor whose elements share memory (an expanded tensor)")
+    if wanted.min() < 0 or wanted.max() >= owner.size or (owner[wanted] < 0).any():
+        raise Untranslatable("as_strided reads storage outside the tensor's own elements")
+    flat = imp.op("Reshape", x, imp.ints([-1]))
+    return imp.op("Gather", flat, imp.const(owner[wanted]), axis=0)
+
+
+def _storage_positions(size: list[int], stride: list[int], offset: int) -> np.ndarray:
+    """The storage position of each element of a strided view, as an int64 array of its shape."""
+    pos = np.full(size, offset, dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(size, stride)):
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape([n if a == axis else 1 for a in range(len(size))])
+    return pos
+
+
+METHODS["as_strided"] = as_strided
+FUNCTIONS[torch.as_strided] = as_strided
 
 
 def tensor_to_numpy_(t: torch.Tensor) -> np.ndarray:
