@@ -50,6 +50,12 @@ class GuardError(AiaccError):
     fixed on the example's value (a value guard, aiacc::ValueGuard) and this call's value differs."""
 
 
+class StaleWeightsError(GuardError):
+    """An optimized inference module is called after the original's weights it copied from (folded, or held
+    beside an opaque call) were changed in place, while it shares its other weights with the original: it
+    would compute with a mix of old and new weights. Optimize the original again."""
+
+
 class FallbackError(UnsupportedError):
     """strict=True: aiacc would have done less than asked (kept part of a model opaque, chosen a mode...)."""
 

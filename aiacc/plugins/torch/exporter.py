@@ -31,6 +31,7 @@ from aiacc.core.translate import OpTable, decompose_fused
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
+from aiacc.plugins.torch.source_watch import watch
 
 # qualified op ("Conv", "aiacc::FusedConv") -> lowering(builder, lnode) -> fx value(s); filled by the modules of
 # aiacc.plugins.torch.export_ops (the plugin imports them; this module never does)
@@ -218,6 +219,23 @@ def register_state(root: nn.Module, qualname: str, tensor: torch.Tensor) -> None
         owner.register_buffer(leaf, tensor)
 
 
+def _sources(graph: Graph, state: dict, original_state: dict, original: nn.Module) -> dict:
+    """id -> (qualified name, the original's tensor) for what the export was computed from: the model state
+    the trace read and the parameters and buffers of the submodules run as opaque calls."""
+    sources = {}
+    for qualname, _, _ in state.values():
+        t = original_state.get(qualname)
+        if t is not None:
+            sources.setdefault(id(t), (qualname, t))
+    for node in graph:
+        fn = node.meta.get("torch.callable") if node.domain == "torch" else None
+        if isinstance(fn, nn.Module):
+            prefix = node.meta.get("torch.target") or type(fn).__name__
+            for name, t in list(fn.named_parameters()) + list(fn.named_buffers()):
+                sources.setdefault(id(t), (f"{prefix}.{name}", t))
+    return sources
+
+
 def _aligned(array: Any) -> torch.Tensor:
     """A copy of `array` in memory torch allocated: numpy's buffers are only 16-byte aligned, and oneDNN/MKL
     GEMMs on weights that are not 64-byte aligned ran ~30% slower (a BERT-style encoder's training step: the
@@ -339,6 +357,9 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     b.fx.lint()
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
+    if b.inference and b.shareable:  # shares weights with the original: guard the copies' sources (source_watch)
+        watch(gm, _sources(graph, state, original_state, original), set(graph.meta.get("torch.state_multi_use", ())),
+              type(original).__name__, original_state)
     # a tied weight: the one tensor under the original's other names too (the same state_dict keys; GraphModule
     # keeps only what its graph reads, so they are registered on it), so an optimizer step moves every use
     for qualname, others in aliases.items():

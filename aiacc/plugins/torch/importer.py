@@ -273,6 +273,9 @@ class Importer:
         g = self.graph
         g.meta["torch.mode"] = self.mode
         g.meta["torch.state"] = dict(self.state)
+        # a state read by several nodes: a pass may fold one use into a copy while another shares the tensor
+        g.meta["torch.state_multi_use"] = sorted(q for vname, (q, _, _) in self.state.items()
+                                                 if g.has_value(vname) and len(g.value(vname).users()) > 1)
         aliases = self._state_aliases()
         if aliases:
             g.meta["torch.state_aliases"] = aliases

@@ -199,7 +199,10 @@ class TorchPlugin(Plugin):
                 out = model(*args, **kwargs)
             finally:
                 for k, b in model.named_buffers():
-                    if k in buffers:
+                    # only what the call changed (BatchNorm's native kernel updates its statistics without
+                    # bumping their version): a restoring copy_ bumps the version an optimized module sharing the
+                    # buffer watches (source_watch), and would read as a change of the original's weights
+                    if k in buffers and not torch.equal(b, buffers[k]):
                         b.copy_(buffers[k])
         return out
 

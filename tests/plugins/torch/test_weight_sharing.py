@@ -1,9 +1,13 @@
 """Large models' weights are held once: the IR's initializers are read-only views of the model's parameters,
 and the inference export registers the original's own tensors wherever no pass changed a weight (issue 21:
 vit_h_14's 2.5 GB of weights were held four to five times during optimize). The original's parameters are
-never changed, by optimize or by running its result; a training export owns its parameters."""
+never changed, by optimize or by running its result; a training export owns its parameters. Written in place
+afterwards, a shared weight is followed, but a source of a folded or copied one is a StaleWeightsError on the
+next call (source_watch.py): never a silent mix of old and new weights."""
 from __future__ import annotations
 
+import copy
+import io
 import tracemalloc
 import warnings
 
@@ -13,6 +17,8 @@ import torch
 from torch import nn
 
 import aiacc
+from aiacc.errors import StaleWeightsError
+from aiacc.plugins.torch.source_watch import WATCH_NAME
 
 
 class Wide(nn.Module):
@@ -133,3 +139,117 @@ def test_a_training_export_owns_its_parameters():
     fast(torch.randn(4, 64)).pow(2).mean().backward()
     opt.step()
     assert all(torch.equal(t, before[k]) for k, t in m.state_dict().items())
+
+
+# -- the in-place-change hazard: shared weights follow the original, folded copies do not -------------------------
+def test_a_folded_weights_source_changed_in_place_is_an_error_naming_it():
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        fast(x)  # optimize's own runs of the original (verify, measuring) did not count as changes
+    m.load_state_dict(_built(ConvBN).state_dict())  # new weights into the original: conv + bn were folded
+    with pytest.raises(StaleWeightsError, match=r"ConvBN's parameter or buffer conv\.weight .*written in place"
+                                               r".*aiacc\.optimize on the original again"):
+        fast(x)
+    again = _optimize(m, x)  # the fix the message gives
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_buffer_written_in_place_is_named():
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        m.bn.running_mean.add_(1.0)  # a training step of the original would update it so
+    with pytest.raises(StaleWeightsError, match=r"bn\.running_mean"):
+        fast(x)
+
+
+def test_a_shared_weight_changed_in_place_is_followed_consistently():
+    """fc is held as the original's own tensor (and no copy came from it): training the original's fc moves the
+    optimized module's too (the fast path repacks it), and it still equals the original exactly as that now is."""
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    opt = torch.optim.SGD(m.fc.parameters(), lr=0.5)
+    m.fc(torch.randn(3, 8)).square().sum().backward()
+    opt.step()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), m(x), rtol=1e-4, atol=1e-5)
+    w = _built(Wide)  # everything shared: no watch at all, and the module follows a new state_dict
+    xw = torch.randn(2, 512)
+    fw = _optimize(w, xw)
+    assert not hasattr(fw, WATCH_NAME)
+    w.load_state_dict(_built(Wide, 512, 4).state_dict() | {"ln.weight": torch.randn(512)})
+    with torch.no_grad():
+        torch.testing.assert_close(fw(xw), w(xw), rtol=1e-4, atol=1e-5)
+
+
+def test_an_opaque_submodules_own_weights_are_watched():
+    class _Loop(nn.Module):
+        """Kept opaque (a trip count read from the data): its Linear is a copy inside the optimized module."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(4, 4)
+
+        def forward(self, x):
+            for _ in range(int((x > 100).sum())):
+                x = x + 1
+            return self.inner(x)
+
+    class _Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.loop = _Loop()
+
+        def forward(self, x):
+            return self.loop(torch.relu(self.fc(x)))
+
+    torch.manual_seed(0)
+    m = _Model().eval()
+    x = torch.randn(2, 4)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), m(x))
+        m.loop.inner.weight.mul_(2.0)
+    with pytest.raises(StaleWeightsError, match=r"loop\.inner\.weight"):
+        fast(x)
+
+
+@pytest.mark.parametrize("how", ["torch.save", "deepcopy"])
+def test_a_saved_or_copied_module_is_independent_of_the_original(how):
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        before = m(x)
+    if how == "torch.save":
+        buf = io.BytesIO()
+        torch.save(fast, buf)
+        buf.seek(0)
+        copy_ = torch.load(buf, weights_only=False)
+    else:
+        copy_ = copy.deepcopy(fast)
+    assert getattr(copy_, WATCH_NAME).watched == []  # it holds its own tensors: nothing to watch
+    m.load_state_dict(_built(ConvBN).state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(copy_(x), before, rtol=1e-4, atol=1e-5)  # the snapshot, whole
+    with pytest.raises(StaleWeightsError):
+        fast(x)  # the original optimized module still shares fc with m
+
+
+def test_training_the_original_batchnorm_is_caught():
+    """BatchNorm's kernel updates its running statistics without bumping their version: a train-mode forward of
+    the original is seen through num_batches_tracked, which it increments."""
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    m.train()
+    m(torch.randn(4, 3, 8, 8))  # the statistics the optimized module folded have moved
+    m.eval()
+    with pytest.raises(StaleWeightsError, match=r"bn\.running_mean \(its BatchNorm's bn\.num_batches_tracked moved"):
+        fast(x)

@@ -1,0 +1,108 @@
+"""The weights an optimized inference module shares with the original, and the ones it copied.
+
+Since the inference export holds the original's own tensor wherever the IR still holds exactly its memory
+(exporter._state_tensor), the optimized module follows an in-place change of those (a load_state_dict into
+the original, an optimizer step on it): the fast path even repacks a changed weight (fastpath._packed).
+Folded weights (conv + BatchNorm, constants a pass computed), copies held beside opaque calls and an opaque
+submodule's own parameters are snapshots of optimize time and do not follow. After an in-place change of one
+of their sources the optimized module would silently compute with a mix of old and new weights.
+
+`watch` records each such source tensor's version counter (`Tensor._version`, which every in-place write
+bumps: copy_, add_, an optimizer's step, load_state_dict) at export; the module's forward starts by comparing
+them (a few ints: `SourceWatch.forward`), and a changed source is a StaleWeightsError naming the parameter,
+with the fix: optimize the original again. A module that shares nothing (on CUDA, or every weight copied)
+or copies nothing derived from a source gets no watch: it is either a consistent snapshot or follows
+the original entirely. torch.save / copy.deepcopy give a module that shares nothing with the original, so
+the copy's watch is empty (the tensors are not pickled with it).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from aiacc.errors import StaleWeightsError
+
+WATCH_NAME = "aiacc_source_watch"
+
+
+class SourceWatch(nn.Module):
+    """Checks, on each forward, that the original's tensors the optimized module copied from are unchanged."""
+
+    _is_impure = True  # fx's dead-code elimination keeps the call (it returns nothing)
+
+    def __init__(self, sources: Iterable[tuple[str, torch.Tensor]], model: str = "the model"):
+        super().__init__()
+        self.model = model
+        # (name, tensor, version at optimize time); a plain list: the tensors are the original's, not this
+        # module's state (no state_dict entry, not moved by .to())
+        self.watched = [(name, t, t._version) for name, t in sources]
+
+    def forward(self) -> None:
+        """Raise StaleWeightsError naming the first source changed in place since optimize."""
+        for name, t, version in self.watched:
+            if t._version != version:
+                self._stale(name)
+
+    def _stale(self, name: str) -> None:
+        changed = [n for n, t, v in self.watched if t._version != v]
+        more = f" (and {len(changed) - 1} more: {', '.join(changed[1:4])}{', ...' if len(changed) > 4 else ''})" \
+            if len(changed) > 1 else ""
+        raise StaleWeightsError(
+            f"{self.model}'s parameter or buffer {name}{more} was written in place after aiacc.optimize (a "
+            f"load_state_dict, an optimizer step or another in-place write into the original model): the optimized "
+            f"module holds a copy computed from its old value (a folded or copied weight) beside weights it shares "
+            f"with the original, so it would compute with a mix of old and new weights. Call aiacc.optimize on the "
+            f"original again after changing its weights (or optimize a copy.deepcopy of the model to keep an "
+            f"independent snapshot).")
+
+    def __getstate__(self) -> dict:
+        # a pickled or deep-copied module holds its own tensors: nothing of the original to watch
+        state = self.__dict__.copy()
+        state["watched"] = []
+        return state
+
+    def extra_repr(self) -> str:
+        return f"{len(self.watched)} source tensors"
+
+
+def _held_pointers(module: nn.Module) -> set[int]:
+    ptrs = set()
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.numel():
+            ptrs.add(t.data_ptr())
+    return ptrs
+
+
+def watch(gm: Any, sources: dict[int, tuple[str, torch.Tensor]], multi_use: set[str], model: str,
+          original_state: dict[str, torch.Tensor]) -> int:
+    """Put a SourceWatch at the start of `gm`'s forward when it shares some of `sources` (id -> (name, the
+    original's tensor): what the export was computed from) with the original and copied others (or shares
+    one that also fed a copy: a tensor of several uses, names in `multi_use`). Returns the number watched.
+    `original_state`: the original's tensors by name, for the BatchNorm counters (below)."""
+    held = _held_pointers(gm)
+    cpu = {k: (n, t) for k, (n, t) in sources.items() if t.device.type == "cpu" and t.numel()}
+    shared = [k for k, (_, t) in cpu.items() if t.data_ptr() in held]
+    if not shared:
+        return 0  # a consistent snapshot: nothing follows the original
+    watched = [(n, t) for k, (n, t) in cpu.items() if t.data_ptr() not in held or n in multi_use]
+    if not watched:
+        return 0  # every source is held as the original's own tensor: it follows the original entirely
+    # BatchNorm's native kernel updates running_mean / running_var in a train-mode forward without bumping their
+    # version; the module's num_batches_tracked.add_(1) beside it does, so it stands for them
+    names = {n for n, _ in watched}
+    for n in sorted(names):
+        owner, _, field = n.rpartition(".")
+        counter = f"{owner}.num_batches_tracked" if owner else "num_batches_tracked"
+        if field in ("running_mean", "running_var") and counter not in names and counter in original_state:
+            watched.append((f"{n} (its BatchNorm's {counter} moved: a train-mode forward of the original)",
+                            original_state[counter]))
+            names.add(counter)
+    gm.add_module(WATCH_NAME, SourceWatch(watched, model))
+    graph = gm.graph
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    with graph.inserting_before(first):
+        graph.call_module(WATCH_NAME)
+    gm.recompile()
+    return len(watched)
