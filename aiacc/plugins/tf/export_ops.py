@@ -199,13 +199,18 @@ def _binary(fn_name):
                     if c2 is not None and c2.ndim == 1 and c2.shape[0] == x_v.shape[1] and x_v.shape[1] != 1:
                         return tfm.nn.bias_add(x_t, tfm.constant(c2)), True
         if fn_name == "Add" and not f:
-            # (..., C) + constant (C,): BiasAdd, which Grappler fuses into the MatMul before it
-            for x_v, c_v, x_t in ((a_v, b_v, ops[0]), (b_v, a_v, ops[1])):
+            # (..., C) + constant (C,): BiasAdd, which Grappler fuses into the MatMul before it; + a (C,)
+            # variable (mode="train": a Dense bias): BiasAdd too, Keras' op, whose gradient is one BiasAddGrad
+            for x_v, c_v, x_t, c_t in ((a_v, b_v, ops[0], ops[1]), (b_v, a_v, ops[1], ops[0])):
                 c = ex.const(c_v)
                 s = x_v.shape
-                if c is not None and c.ndim == 1 and c.dtype.kind == "f" and x_v.const is None and s is not None \
-                        and len(s) >= 2 and s[-1] == c.shape[0] and node.outputs[0].shape == s:
+                if x_v.const is not None or s is None or len(s) < 2 or node.outputs[0].shape != s:
+                    continue
+                if c is not None and c.ndim == 1 and c.dtype.kind == "f" and s[-1] == c.shape[0]:
                     return tfm.nn.bias_add(x_t, tfm.constant(c)), False
+                if c is None and c_v.shape is not None and len(c_v.shape) == 1 and isinstance(s[-1], int) and \
+                        c_v.shape[0] == s[-1] and c_t.dtype == x_t.dtype and x_t.dtype.is_floating:
+                    return tfm.nn.bias_add(x_t, c_t), False
         a, b = ops
         if a.dtype != b.dtype and fn_name != "Pow":
             b = tfm.cast(b, a.dtype)

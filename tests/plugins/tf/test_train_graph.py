@@ -73,9 +73,13 @@ def test_training_step_has_keras_op_counts(steps):
     # the StopGradient of each BatchNormalization's moments is kept: no gradient through the stopped mean
     # (without it: an AddN, a Neg and a Sum more per BatchNormalization in the backward)
     assert mine["StopGradient"] == keras_["StopGradient"] == n_bn, (mine, keras_)
-    for op in ("AddN", "Neg", "Sum", "Mul", "Rsqrt", "RsqrtGrad", "SquaredDifference", "BiasAdd", "BiasAddGrad",
-               "Transpose"):
+    for op in ("AddN", "Neg", "Mul", "Rsqrt", "RsqrtGrad", "SquaredDifference", "Transpose"):
         assert mine[op] == keras_[op], (op, mine[op], keras_[op])
+    # a vector added along the last axis is a BiasAdd: Keras' Dense bias, and also BatchNormalization's shift
+    # (x * inv + (beta - mean * inv)), which Keras adds with AddV2: one BiasAddGrad in place of Sum + Reshape
+    assert mine["BiasAdd"] == mine["BiasAddGrad"] >= keras_["BiasAdd"], (mine, keras_)
+    for op in ("Sum", "Reshape", "AddV2"):
+        assert mine[op] <= keras_[op], (op, mine[op], keras_[op])
     for op in ("Sqrt", "Reciprocal", "SqrtGrad", "ReciprocalGrad"):
         assert mine[op] == 0, (op, mine)
     assert sum(v for k, v in mine.items() if k != "Const") <= sum(v for k, v in keras_.items() if k != "Const")
@@ -157,3 +161,16 @@ def test_unread_transpose_and_gemm_bias_input():
     ops = _check(g, {"a": rng.standard_normal((2, 4)).astype(np.float32),
                      "c": rng.standard_normal(3).astype(np.float32)})
     assert ops["Transpose"] == 0 and ops["BiasAdd"] == 1 and ops["AddV2"] == 0 and ops["Mul"] == 0, ops
+
+
+def test_add_of_a_vector_input_along_the_last_axis_is_a_bias_add():
+    """(..., C) + a (C,) value that is not a constant (a Dense bias variable in mode="train"): BiasAdd."""
+    rng = np.random.default_rng(3)
+    g = Graph("bias")
+    x = g.add_input("x", "float32", ("N", 3, 4))
+    c = g.add_input("c", "float32", (4,))
+    g.add_output(g.op("Add", x, c))
+    g.add_output(g.op("Add", c, g.op("Relu", x)))
+    ops = _check(g, {"x": rng.standard_normal((2, 3, 4)).astype(np.float32),
+                     "c": rng.standard_normal(4).astype(np.float32)})
+    assert ops["BiasAdd"] == 2 and ops["AddV2"] == 0, ops
