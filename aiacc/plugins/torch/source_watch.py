@@ -8,15 +8,17 @@ submodule's own parameters are snapshots of optimize time and do not follow. Aft
 of their sources the optimized module would silently compute with a mix of old and new weights.
 
 `watch` records each such source tensor's version counter (`Tensor._version`, which every in-place write
-bumps: copy_, add_, an optimizer's step, load_state_dict) at export; the module's forward starts by comparing
-them (a few ints: `SourceWatch.forward`), and a changed source is a StaleWeightsError naming the parameter,
-with the fix: optimize the original again. A module that shares nothing (on CUDA, or every weight copied)
+bumps: copy_, add_, an optimizer's step, load_state_dict) and a CRC-32 of its bytes at export; the module's
+forward starts by comparing the versions (a few ints: `SourceWatch.forward`); where one moved, the checksum
+tells a rewrite of the same values (a caller restoring buffers after a run: no change) from a change, which is
+a StaleWeightsError naming the parameter, with the fix: optimize the original again. A module that shares nothing (on CUDA, or every weight copied)
 or copies nothing derived from a source gets no watch: it is either a consistent snapshot or follows
 the original entirely. torch.save / copy.deepcopy give a module that shares nothing with the original, so
 the copy's watch is empty (the tensors are not pickled with it).
 """
 from __future__ import annotations
 
+import zlib
 from typing import Any, Iterable
 
 import torch
@@ -35,22 +37,37 @@ class SourceWatch(nn.Module):
     def __init__(self, sources: Iterable[tuple[str, torch.Tensor]], model: str = "the model"):
         super().__init__()
         self.model = model
-        # (name, tensor, version at optimize time); a plain list: the tensors are the original's, not this
-        # module's state (no state_dict entry, not moved by .to())
-        self.watched = [(name, t, t._version) for name, t in sources]
+        # [name, tensor, version, checksum] at optimize time; a plain list: the tensors are the original's, not
+        # this module's state (no state_dict entry, not moved by .to())
+        self.watched = [[name, t, t._version, checksum(t)] for name, t in sources]
 
     def forward(self) -> None:
-        """Raise StaleWeightsError naming the first source changed in place since optimize."""
-        for name, t, version in self.watched:
-            if t._version != version:
-                self._stale(name)
+        """Raise StaleWeightsError naming the sources whose values changed in place since optimize."""
+        for entry in self.watched:
+            if entry[1]._version != entry[2]:
+                self._recheck()
+                return
 
-    def _stale(self, name: str) -> None:
-        changed = [n for n, t, v in self.watched if t._version != v]
+    def _recheck(self) -> None:
+        """A version moved: a write of the same values (a caller restoring buffers after a run, a
+        load_state_dict of the same weights) is no change, and its new version is taken; other values raise."""
+        changed = []
+        for entry in self.watched:
+            name, t, version, crc = entry
+            if t._version != version:
+                if checksum(t) != crc:
+                    changed.append(name)
+                else:
+                    entry[2] = t._version
+        if changed:
+            self._stale(changed)
+
+    def _stale(self, changed: list[str]) -> None:
+        name = changed[0]
         more = f" (and {len(changed) - 1} more: {', '.join(changed[1:4])}{', ...' if len(changed) > 4 else ''})" \
             if len(changed) > 1 else ""
         raise StaleWeightsError(
-            f"{self.model}'s parameter or buffer {name}{more} was written in place after aiacc.optimize (a "
+            f"{self.model}'s parameter or buffer {name}{more} was changed in place after aiacc.optimize (a "
             f"load_state_dict, an optimizer step or another in-place write into the original model): the optimized "
             f"module holds a copy computed from its old value (a folded or copied weight) beside weights it shares "
             f"with the original, so it would compute with a mix of old and new weights. Call aiacc.optimize on the "
@@ -65,6 +82,19 @@ class SourceWatch(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{len(self.watched)} source tensors"
+
+
+def checksum(t: torch.Tensor) -> int:
+    """CRC-32 of a CPU tensor's bytes (read in place where contiguous): tells a rewrite of the same values
+    from a change, without keeping a copy of the weights."""
+    d = t.detach()
+    if not d.is_contiguous():
+        d = d.contiguous()
+    if d.dtype in (torch.bfloat16, torch.float16):
+        d = d.view(torch.int16)
+    elif d.dtype == torch.bool:
+        d = d.view(torch.uint8)
+    return zlib.crc32(memoryview(d.numpy()).cast("B"))
 
 
 def _held_pointers(module: nn.Module) -> set[int]:

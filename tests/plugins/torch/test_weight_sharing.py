@@ -142,14 +142,19 @@ def test_a_training_export_owns_its_parameters():
 
 
 # -- the in-place-change hazard: shared weights follow the original, folded copies do not -------------------------
+def _other_weights(m: nn.Module) -> dict:
+    """m's state_dict with every floating point tensor scaled by 1.5 (variances stay positive)."""
+    return {k: t * 1.5 if t.is_floating_point() else t.clone() for k, t in m.state_dict().items()}
+
+
 def test_a_folded_weights_source_changed_in_place_is_an_error_naming_it():
     m = _built(ConvBN)
     x = torch.randn(2, 3, 8, 8)
     fast = _optimize(m, x)
     with torch.no_grad():
         fast(x)  # optimize's own runs of the original (verify, measuring) did not count as changes
-    m.load_state_dict(_built(ConvBN).state_dict())  # new weights into the original: conv + bn were folded
-    with pytest.raises(StaleWeightsError, match=r"ConvBN's parameter or buffer conv\.weight .*written in place"
+    m.load_state_dict(_other_weights(m))  # new weights into the original: conv + bn were folded
+    with pytest.raises(StaleWeightsError, match=r"ConvBN's parameter or buffer conv\.weight .*changed in place"
                                                r".*aiacc\.optimize on the original again"):
         fast(x)
     again = _optimize(m, x)  # the fix the message gives
@@ -235,7 +240,7 @@ def test_a_saved_or_copied_module_is_independent_of_the_original(how):
     else:
         copy_ = copy.deepcopy(fast)
     assert getattr(copy_, WATCH_NAME).watched == []  # it holds its own tensors: nothing to watch
-    m.load_state_dict(_built(ConvBN).state_dict())
+    m.load_state_dict(_other_weights(m))
     with torch.no_grad():
         torch.testing.assert_close(copy_(x), before, rtol=1e-4, atol=1e-5)  # the snapshot, whole
     with pytest.raises(StaleWeightsError):
