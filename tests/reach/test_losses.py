@@ -212,3 +212,78 @@ def test_return_dict_false_returns_the_same_tuple(how):
         expected = model(**fresh)
     assert isinstance(expected, tuple) and len(expected) == 3  # (loss, logits, hidden_states)
     check_whole_and_verified(model, x, fresh)
+
+
+# -- margin losses: F.multi_margin_loss and F.multilabel_soft_margin_loss, weighted, every reduction ---------------
+def _margin_cases():
+    """multi_margin_loss (p 1 and 2, a margin, class weights w[y]: "mean" is the plain mean over the rows) and
+    multilabel_soft_margin_loss (weights broadcast over the classes, summed over the classes / C), with each
+    reduction; their module forms; a 1-D input (one row; a 0-d or [1] target gives a loss of its shape)."""
+    scores = lambda: torch.randn(6, 5, generator=G)  # noqa: E731
+    labels = lambda: torch.randint(0, 5, (6,), generator=G)  # noqa: E731
+    multi = lambda: (torch.rand(6, 5, generator=G) > 0.5).float()  # noqa: E731
+    classes = torch.rand(5, generator=G) + 0.1
+    cases = {}
+    for reduction in ("none", "sum", "mean"):
+        for p in (1, 2):
+            cases[f"multi_margin_p{p}_{reduction}"] = (
+                _Fn(F.multi_margin_loss, p=p, margin=0.7, weight=classes, reduction=reduction), scores, labels)
+        cases[f"multilabel_soft_margin_{reduction}"] = (
+            _Fn(F.multilabel_soft_margin_loss, weight=classes, reduction=reduction), scores, multi)
+        cases[f"multi_margin_1d_{reduction}"] = (
+            _Fn(F.multi_margin_loss, weight=classes, reduction=reduction), lambda: 0.3 * torch.randn(5, generator=G),
+            lambda: torch.randint(0, 5, (), generator=G))
+    cases["multi_margin_unweighted"] = (_Fn(F.multi_margin_loss), scores, labels)
+    cases["multi_margin_1d_target_1"] = (_Fn(F.multi_margin_loss, reduction="none"),
+                                         lambda: 0.3 * torch.randn(5, generator=G),
+                                         lambda: torch.randint(0, 5, (1,), generator=G))
+    cases["multilabel_soft_margin_unweighted_3d"] = (_Fn(F.multilabel_soft_margin_loss),
+                                                     lambda: torch.randn(2, 3, 5, generator=G),
+                                                     lambda: (torch.rand(2, 3, 5, generator=G) > 0.5).float())
+    cases["multi_margin_module"] = (nn.MultiMarginLoss(p=2, margin=1.3, weight=classes, reduction="sum"),
+                                    scores, labels)
+    cases["multilabel_soft_margin_module"] = (nn.MultiLabelSoftMarginLoss(weight=classes), scores, multi)
+    return cases
+
+
+MARGIN = _margin_cases()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("name", sorted(MARGIN))
+def test_margin_loss_becomes_ir_and_equals_torch(name, frontend):
+    model, x, t = MARGIN[name]
+    model.eval()
+    example, fresh = (x(), t()), (x(), t())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, example, frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, example, frontend=frontend)
+    with torch.no_grad():
+        expected, actual = model(*fresh), fast(*fresh)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(MARGIN))
+def test_margin_loss_gradients_equal_torch(name):
+    model, x, t = MARGIN[name]
+    model.train()
+    example, fresh = (x(), t()), (x(), t())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, example, mode="train")
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, example, mode="train", framework_compile=False)
+    grads = []
+    for m in (model, fast):
+        inp = fresh[0].clone().requires_grad_()
+        out = m(inp, fresh[1])
+        # a fixed random cotangent, so "none" outputs weigh their elements differently
+        out.backward(torch.rand(out.shape, generator=torch.Generator().manual_seed(3)))
+        grads.append((out.detach(), inp.grad))
+    (ref_out, ref_grad), (got_out, got_grad) = grads
+    torch.testing.assert_close(got_out, ref_out, rtol=1e-5, atol=1e-5)
+    assert float(ref_grad.abs().sum()) > 0  # the loss depends on the input (margins not all satisfied)
+    torch.testing.assert_close(got_grad, ref_grad, rtol=1e-5, atol=1e-5)

@@ -27,7 +27,8 @@ def _reshape(b, n):
     x = n.arg(0)
     if not n.attr("allowzero"):
         target = [b.method("size", x, i) if t == 0 else t for i, t in enumerate(target)]
-    return b.method("reshape", x, *target)
+    # to 0-d: reshape(()) (a bare reshape() has no shape)
+    return b.method("reshape", x, *target) if target else b.method("reshape", x, ())
 
 
 @LOWERINGS.register("Flatten")

@@ -241,6 +241,81 @@ def bce(imp, p, target, weight=None, reduction="mean"):
     return _reduce(imp, loss, reduction)
 
 
+# ------------------------------------------------------------------------------------- margin losses
+def multilabel_soft_margin(imp, x, target, weight=None, reduction="mean"):
+    """torch's -(t logsigmoid(x) + (1 - t) logsigmoid(-x)), times `weight` (broadcast), summed over the last
+    (class) axis and divided by the class count, then reduced over the rows. The elementwise term is written
+    as BCE-with-logits' stable form (the same value): (1 - t) x + log(1 + exp(-|x|)) + max(-x, 0)."""
+    x = _float(x, "input")
+    r = rank(x)
+    if r == 0:
+        raise Untranslatable("a 0-d loss input")
+    classes = x.shape[-1]
+    if not isinstance(classes, int):
+        raise Untranslatable("the class dimension is not static")
+    elementwise = bce_with_logits(imp, x, target, weight, None, "none")
+    loss = imp.op("Div", imp.op("ReduceSum", elementwise, imp.ints([r - 1]), keepdims=0),
+                  imp.scalar_like(float(classes), x))
+    return _reduce(imp, loss, reduction)
+
+
+def multi_margin(imp, x, target, p=1, margin=1.0, weight=None, reduction="mean"):
+    """torch's multi-class hinge loss (aten MultiMarginCriterion): for each row with target class y,
+    sum over the classes j != y of w[y] * max(0, margin - x[y] + x[j])^p, divided by the class count; "mean"
+    is the plain mean over the rows (the weights do not divide). The target's class is picked with a one-hot
+    (Equal against the class range), so the batch stays dynamic; a 1-D input is one row and its loss has
+    the target's shape."""
+    x = _float(x, "input")
+    target = tensor(target, "target")
+    if np.dtype(target.dtype or "float32").kind not in "iu":
+        raise Untranslatable(f"target of dtype {target.dtype}")
+    if p not in (1, 2):
+        raise Untranslatable(f"p={p!r} (torch supports 1 and 2)")
+    r = rank(x)
+    if r not in (1, 2):
+        raise Untranslatable(f"a rank-{r} input (torch takes 1-D or 2-D)")
+    classes = x.shape[-1]
+    if not isinstance(classes, int):
+        raise Untranslatable("the class dimension is not static")
+    target_shape = tuple(target.shape) if target.shape is not None else None
+    if r == 1:
+        if target_shape not in ((), (1,)):
+            raise Untranslatable(f"target of shape {target_shape} for a 1-D input")
+        x = imp.op("Unsqueeze", x, imp.ints([0]))
+        target = imp.op("Reshape", target, imp.ints([1]))
+    elif target_shape is None or len(target_shape) != 1:
+        raise Untranslatable(f"target of shape {target_shape} for a 2-D input")
+    ids = imp.const(np.arange(classes, dtype=target.dtype))
+    mask = imp.op("Equal", imp.op("Unsqueeze", target, imp.ints([1])), ids)  # [N, C]: j == y
+    zero = imp.scalar_like(0.0, x)
+    picked = imp.op("ReduceSum", imp.op("Where", mask, x, zero), imp.ints([1]), keepdims=1)  # x[y], [N, 1]
+    h = imp.op("Relu", imp.op("Add", imp.op("Sub", imp.scalar_like(float(margin), x), picked), x))
+    if p == 2:
+        h = imp.op("Mul", h, h)
+    if weight is not None:
+        w = _float(weight, "weight")
+        if rank(w) != 1:
+            raise Untranslatable("a weight that is not one-dimensional")
+        if w.dtype != x.dtype:
+            w = imp.op("Cast", w, to=x.dtype)
+        w_y = imp.op("ReduceSum", imp.op("Where", mask, w, zero), imp.ints([1]), keepdims=1)  # w[y], [N, 1]
+        h = imp.op("Mul", h, w_y)
+    h = imp.op("Where", mask, zero, h)  # the target's own class is not summed
+    loss = imp.op("Div", imp.op("ReduceSum", h, imp.ints([1]), keepdims=0), imp.scalar_like(float(classes), x))
+    if reduction == "none":
+        return imp.op("Reshape", loss, imp.ints(target_shape)) if r == 1 and target_shape == () else loss
+    return _all_axes(imp, "ReduceMean" if reduction == "mean" else "ReduceSum", loss)
+
+
+FUNCTIONS.update({
+    F.multilabel_soft_margin_loss: lambda imp, x, t, weight=None, size_average=None, reduce=None, reduction="mean":
+        multilabel_soft_margin(imp, x, t, weight, reduction_of(reduction, size_average, reduce)),
+    F.multi_margin_loss:
+        lambda imp, x, t, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean":
+        multi_margin(imp, x, t, p, margin, weight, reduction_of(reduction, size_average, reduce)),
+})
+
+
 FUNCTIONS.update({
     F.mse_loss: lambda imp, x, t, size_average=None, reduce=None, reduction="mean", weight=None:
         mse(imp, x, t, reduction_of(reduction, size_average, reduce), weight),
@@ -274,6 +349,10 @@ MODULES.update({
     nn.BCEWithLogitsLoss: lambda imp, m, x, t: bce_with_logits(imp, x, t, _buffer(imp, m, "weight"),
                                                                _buffer(imp, m, "pos_weight"), m.reduction),
     nn.BCELoss: lambda imp, m, x, t: bce(imp, x, t, _buffer(imp, m, "weight"), m.reduction),
+    nn.MultiLabelSoftMarginLoss: lambda imp, m, x, t: multilabel_soft_margin(imp, x, t, _buffer(imp, m, "weight"),
+                                                                             m.reduction),
+    nn.MultiMarginLoss: lambda imp, m, x, t: multi_margin(imp, x, t, m.p, m.margin, _buffer(imp, m, "weight"),
+                                                          m.reduction),
 })
 
 
@@ -304,4 +383,8 @@ ATEN.update({
         bce_with_logits(imp, x, t, weight, pos_weight, reduction_of(reduction)),
     "binary_cross_entropy": lambda imp, x, t, weight=None, reduction=1: bce(imp, x, t, weight,
                                                                            reduction_of(reduction)),
+    "multi_margin_loss": lambda imp, x, t, p=1, margin=1.0, weight=None, reduction=1:
+        multi_margin(imp, x, t, p, margin, weight, reduction_of(reduction)),
+    "multilabel_soft_margin_loss": lambda imp, x, t, weight=None, reduction=1:
+        multilabel_soft_margin(imp, x, t, weight, reduction_of(reduction)),
 })
