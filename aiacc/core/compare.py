@@ -11,6 +11,10 @@ The rule, for each output pair (expected, actual):
   element counts as equal when both sides hold the same value, including the same infinity, or both hold
   NaN (a NaN the original computes is not an error of the optimization); a NaN or infinity on one side
   only never agrees.
+- where that fails and the plugin can run both models in float64 (`Plugin.float64_outputs`),
+  `recheck_float64` decides: the float64 outputs must agree, and the optimized float32 outputs be no
+  farther from the float64 result than the rule's tolerance plus a multiple of the original's own float32
+  error (a model that amplifies float32 rounding is not refused for rounding differently).
 """
 from __future__ import annotations
 
@@ -54,3 +58,37 @@ def float_error(expected: np.ndarray, actual: np.ndarray) -> tuple[float, float]
         wide = np.complex128 if "c" in (e.dtype.kind, a.dtype.kind) else np.float64
         diff = np.where(same, 0.0, np.abs(e.astype(wide) - a.astype(wide)))
     return (float(np.max(diff)) if diff.size else 0.0), scale
+
+
+NOISE_FACTOR = 16.0  # how much farther from float64 than the original the optimized float32 output may be
+
+
+def recheck_float64(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], truth: Sequence[np.ndarray],
+                    actual64: Sequence[np.ndarray], rtol: float, atol: float,
+                    noise_factor: float = NOISE_FACTOR) -> str | None:
+    """Decide a float32 comparison that failed (`expected`: the original's float32 outputs, `actual`: the
+    optimized model's) with both models run in float64 (`truth`: the original's, `actual64`: the optimized
+    one's). None (they agree) when
+    - the float64 outputs agree by `compare_outputs` (the optimized computation is the same function: a wrong
+      rewrite differs in float64 as much as in float32), and
+    - every floating float32 output of the optimized model is no farther from `truth` than atol + rtol * scale
+      + `noise_factor` times the original's own float32 distance from `truth` (the float64 run may take other
+      kernels; this bounds what only the float32 path does).
+    An ill-conditioned model (cancellation, attention softmaxes amplifying rounding) makes two correct float32
+    evaluation orders differ by more than rtol; its float64 runs still agree. Else a sentence saying why not."""
+    problem = compare_outputs(truth, actual64, rtol, atol)
+    if problem:
+        return f"in float64 too: {problem}"
+    for i, (e, a, t) in enumerate(zip(expected, actual, truth)):
+        e, a, t = np.asarray(e), np.asarray(a), np.asarray(t)
+        if e.dtype.kind not in "fc" or not e.size:
+            continue
+        if e.shape != a.shape or t.shape != e.shape:
+            return f"output {i} has shape {list(a.shape)} instead of {list(e.shape)}"
+        own, scale = float_error(t, e)
+        err, _ = float_error(t, a)
+        bound = atol + rtol * scale + noise_factor * own
+        if not np.isfinite(err) or err > bound:
+            return (f"output {i} of the optimized model is {err:.3g} from the float64 result, the original's own "
+                    f"float32 error is {own:.3g} (allowed: {bound:.3g})")
+    return None

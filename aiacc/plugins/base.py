@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aiacc.core.compare import compare_outputs
+from aiacc.core.compare import compare_outputs, recheck_float64
 from aiacc.core.ir import Graph
 from aiacc.errors import OptionError, UnsupportedError, VerificationError, collecting_fallbacks, describe, fallback
 
@@ -235,13 +235,41 @@ class Plugin:
             if names is not None and new_names != names:
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): "
                                         f"{renamed_output(names, new_names)}")
-            problem = compare_outputs(expected, got, self.rtol, self.atol)
+            problem = self.outputs_agree(model, out, example_inputs, expected, got)
             if problem:
                 culprit = self._find_culprit(model, example_inputs, level, passes, disable, options)
                 raise VerificationError(f"aiacc.optimize ({self.name}, backend={backend}): {problem}; {culprit}")
             if self.checks_batch and report is not None:
                 report.interface = self._check_batch(model, out, example_inputs)
                 self._check_dims(model, out, example_inputs)
+
+    def outputs_agree(self, model: Any, out: Any, inputs: Any, expected: list[np.ndarray] | None = None,
+                      got: list[np.ndarray] | None = None) -> str | None:
+        """None when the optimized `out` computes what `model` does on `inputs` (`expected`, `got`: their
+        outputs there, run when not given), else why not. The float32 outputs are compared first
+        (compare_outputs); where they differ and the plugin can run both models in float64 (`float64_outputs`),
+        the float64 re-check decides (compare.recheck_float64), so a model whose float32 rounding is amplified
+        beyond the tolerance is not refused for a correct optimization that rounds differently."""
+        expected = self.run(model, inputs) if expected is None else expected
+        got = self.run(out, inputs) if got is None else got
+        problem = compare_outputs(expected, got, self.rtol, self.atol)
+        if not problem:
+            return None
+        try:
+            truth = self.float64_outputs(model, inputs)
+            got64 = None if truth is None else self.float64_outputs(out, inputs)
+        except Exception as e:  # noqa: BLE001 - a model that cannot run in float64: the float32 verdict stands
+            return f"{problem} (the float64 re-check could not run: {describe(e, 120)})"
+        if truth is None or got64 is None:
+            return problem
+        why = recheck_float64(expected, got, truth, got64, self.rtol, self.atol)
+        return f"{problem}; float64 re-check: {why}" if why else None
+
+    def float64_outputs(self, model: Any, inputs: Any) -> list[np.ndarray] | None:
+        """`run`'s outputs of a float64 copy of `model` on float64 copies of `inputs` (the model given is not
+        changed; the copy is dropped after the run, so one copy is held at a time), for `outputs_agree`'s
+        float64 re-check; None where the plugin cannot make one."""
+        return None
 
     # ------------------------------------------------------------------------------------------ interfaces
     def with_batch(self, example_inputs: Any, n: int) -> Any:
@@ -294,8 +322,8 @@ class Plugin:
         try:
             # a plugin may know without running it that the optimized model does not fit the other size
             # (MXNet: a kernel given shapes its symbol was not built for can crash the process)
-            problem = self.batch_precheck(out, bigger, expected) or compare_outputs(
-                expected, self.run(out, bigger), self.rtol, self.atol)
+            problem = self.batch_precheck(out, bigger, expected) or self.outputs_agree(
+                model, out, bigger, expected, self.run(out, bigger))
         except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
             problem = describe(e, 160)
         from aiacc.plugins.shape_guard import FOUND
@@ -341,8 +369,8 @@ class Plugin:
                              f"size is a ShapeError")
                 continue
             try:
-                problem = self.batch_precheck(out, bigger, expected) or compare_outputs(
-                    expected, self.run(out, bigger), self.rtol, self.atol)
+                problem = self.batch_precheck(out, bigger, expected) or self.outputs_agree(
+                    model, out, bigger, expected, self.run(out, bigger))
             except Exception as e:  # noqa: BLE001 - any failure of the optimized model at the other size
                 problem = describe(e, 160)
             if problem:

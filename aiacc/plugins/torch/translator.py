@@ -226,6 +226,24 @@ class TorchPlugin(Plugin):
         feeds.update(graph.meta.get("torch.state_arrays", {}))
         return {v.name: feeds[v.name] for v in graph.inputs if v.name in feeds}
 
+    def float64_outputs(self, model: Any, inputs: Any) -> list[np.ndarray] | None:
+        """`run` on a float64 copy of the module (deepcopy, then .double(): every floating parameter and buffer)
+        with every floating input tensor in float64, for verify's float64 re-check; the copy is dropped after
+        the run. None where `model` is not an nn.Module."""
+        import copy
+
+        import torch
+        from torch.utils import _pytree as pytree
+
+        if not isinstance(model, torch.nn.Module):
+            return None
+        widen = (lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
+        twin = copy.deepcopy(model).double()
+        try:
+            return self.run(twin, pytree.tree_map(widen, inputs))
+        finally:
+            del twin
+
     def runner(self, model: Any, inputs: Any):
         """Calls model(*inputs) under no_grad; outputs as numpy."""
         import torch

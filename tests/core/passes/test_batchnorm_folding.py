@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from aiacc.core import Graph, parse
-from aiacc.core.passes import run_passes
+from aiacc.core.passes import random_feeds, run_passes
 from aiacc.core.passes.batchnorm_folding import RULE
 from aiacc.errors import AiaccError
 from tests.core.passes.helpers import check_pass, ops
@@ -163,3 +163,36 @@ def test_standalone_batchnorm_after_a_shared_conv_still_folds_its_scale_at_level
     g = parse(text, conv_bn_weights())
     check_pass(g, ["batchnorm_folding", "batchnorm_decomposition", "affine_folding"])
     assert ops(g) == ["Conv", "Mul", "Add", "Relu"]  # the conv output is shared: nothing folds into it
+
+
+def _cancelling_conv_bn(dtype, w):
+    """CONV_BN (weights `w`) with a conv bias of 1e5 that the BatchNorm's mean takes away again (the ill-conditioned form
+    behind timm visformer_tiny's refused verify): in float32 the unfolded graph rounds the conv output to the
+    float spacing at 1e5 (0.0078) before the subtraction; the fold computes b' = (b - mean) * s + beta in
+    float64, where 1e5 - 1e5 is exact."""
+    w = dict(w)
+    w["cb"] = np.full(4, 1e5, np.float32)
+    w["bn_m"] = np.full(4, 1e5, np.float32)
+    return parse(CONV_BN.replace("float32", dtype), {k: v.astype(dtype) for k, v in w.items()})
+
+
+def test_fold_of_a_cancelling_bias_is_exact_and_the_float32_difference_is_the_originals_rounding():
+    from aiacc.core import run
+
+    weights = conv_bn_weights()
+    feeds = random_feeds(_cancelling_conv_bn("float32", weights), seed=3)
+    outs = {}
+    for dtype in ("float32", "float64"):
+        g = _cancelling_conv_bn(dtype, weights)
+        fd = {k: v.astype(dtype) for k, v in feeds.items()}
+        before = run(g, fd)["y"].astype(np.float64)
+        run_passes(g, passes=P)
+        assert ops(g) == ["Conv"]
+        outs[dtype] = before, run(g, fd)["y"].astype(np.float64)
+    before64, after64 = outs["float64"]
+    np.testing.assert_allclose(after64, before64, rtol=1e-12, atol=1e-9)  # the same function
+    before32, after32 = outs["float32"]
+    scale = np.abs(before64).max()
+    # float32: the graphs differ by more than verify's rtol, and the folded one is the one near the exact result
+    assert np.abs(after32 - before32).max() > 1e-4 * scale
+    assert np.abs(after32 - before64).max() < np.abs(before32 - before64).max() / 10
