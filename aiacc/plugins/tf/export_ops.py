@@ -9,6 +9,7 @@ import numpy as np
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.tf._tf import same_pads, tf
 from aiacc.plugins.tf.exporter import NCHW_AXIS_TO_NHWC, TO_NCHW, TO_NHWC, Emitter, const_to_nhwc, emitters
+from aiacc.plugins.tf.exporter import BUILT_WHEN_READ
 
 INT_MAX = 2 ** 63 - 1
 
@@ -110,6 +111,9 @@ def _sqrt(ex: Emitter, node):
         t, f = ex.env_entry(x_v)
         return tf().math.sqrt(t), f
     ex.defer(node.outputs[0], make)
+
+
+BUILT_WHEN_READ.add("Sqrt")
 
 
 @emitters.register("Reciprocal")
@@ -243,6 +247,7 @@ def _is_sub(node) -> bool:
 for _name in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual",
               "GreaterOrEqual", "Mod"):
     emitters.add(_name, _binary(_name))
+BUILT_WHEN_READ.add("Sub")  # _binary defers a Sub (read as Mul(d, d): SquaredDifference)
 
 
 @emitters.register("Max", "Min", "Sum", "Mean")
@@ -655,6 +660,9 @@ def _transpose(ex, node):
     """Built when read (Emitter.defer): a training graph's kernel Transpose (HWIO -> OIHW) that Conv reads
     around (_conv_filter) then leaves no dead TF op behind."""
     ex.defer(node.outputs[0], lambda: _transposed(ex, node))
+
+
+BUILT_WHEN_READ.add("Transpose")
 
 
 def _transposed(ex, node):

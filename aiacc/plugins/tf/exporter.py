@@ -31,6 +31,10 @@ NCHW_AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
 
 # qualified op -> emitter(emitter, node), which sets the node's outputs (filled by aiacc.plugins.tf.export_ops)
 emitters = OpTable("tf export")
+# qualified ops whose emitter builds the result only when read (Emitter.defer) and whose consumers may read
+# around them, taking the node's own inputs instead (Conv reads a kernel Transpose's input, Reciprocal a
+# Sqrt's, Mul(d, d) a Sub's); filled by aiacc.plugins.tf.export_ops next to those emitters
+BUILT_WHEN_READ: set[str] = set()
 
 
 def has_emitter(node: Node) -> bool:

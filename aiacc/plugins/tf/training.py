@@ -371,11 +371,39 @@ def plan_memory(graph: Graph, memory_budget: Any, batch: int) -> Any:
     return plan
 
 
+def _with_read_around(nodes: list) -> list:
+    """The nodes outside `nodes` whose values they read and that the TF emitter builds only when read
+    (BUILT_WHEN_READ), with such nodes those read in turn, producers first."""
+    from aiacc.plugins.tf.exporter import BUILT_WHEN_READ
+
+    inside = {id(n) for n in nodes}
+    out: list = []
+    seen: set = set()
+
+    def visit(v: Any) -> None:
+        p = None if v is None or v.const is not None else v.producer
+        if p is None or id(p) in inside or id(p) in seen or p.qualified_op not in BUILT_WHEN_READ:
+            return
+        seen.add(id(p))
+        for u in p.inputs:
+            visit(u)
+        out.append(p)  # after its own producers: an emitting order
+    for n in nodes:
+        for v in n.inputs:
+            visit(v)
+    return out
+
+
 def _emit_recomputed(emitter: Any, nodes: list, later: set) -> None:
     """Emit `nodes` as one function under tf.recompute_grad: its activations are recomputed in the backward
     pass. Every value it reads from outside is an explicit argument (so gradients reach the variables
-    behind it); every value read after it (or returned) is a result."""
+    behind it); every value read after it (or returned) is a result. A value it reads from a node outside
+    that the emitter builds only when read (BUILT_WHEN_READ: a kernel Transpose, a shared kernel's too) is
+    computed inside as well, that node repeated (pure, and no TF op at all where Conv reads around it): a
+    consumer reading around it needs the node's own inputs, which then are arguments."""
     tfm = tf()
+    results_of = nodes
+    nodes = _with_read_around(nodes) + nodes
     inside = {id(o) for n in nodes for o in n.outputs}
     ins, seen = [], set()
     for n in nodes:
@@ -383,7 +411,7 @@ def _emit_recomputed(emitter: Any, nodes: list, later: set) -> None:
             if v is not None and v.const is None and id(v) not in inside and id(v) not in seen:
                 seen.add(id(v))
                 ins.append(v)
-    outs = [o for n in nodes for o in n.outputs if id(o) in later]
+    outs = [o for n in results_of for o in n.outputs if id(o) in later]
     in_flags = [emitter.env_entry(v)[1] for v in ins]
     out_flags: list = []
 

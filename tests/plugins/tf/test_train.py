@@ -257,6 +257,53 @@ def test_memory_budget_recomputes_with_tf_recompute_grad_and_steps_match(steps, 
         assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
 
 
+def shared_conv(seed=0):
+    """resnetish with one Conv2D layer applied in all four blocks: one kernel Transpose, read by four Convs."""
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((8, 8, 3))
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    conv = keras.layers.Conv2D(8, 3, padding="same")
+    for _ in range(4):
+        r = keras.layers.BatchNormalization(momentum=0.9)(conv(h))
+        h = keras.layers.Activation("relu")(h + r)
+    return keras.Model(inp, keras.layers.Dense(5)(keras.layers.Flatten()(h)))
+
+
+def test_a_recomputed_conv_reads_its_kernel_transpose_from_outside_the_segment():
+    """A segment under tf.recompute_grad whose Conv reads a kernel Transpose placed before it (the shared
+    layer's, emitted once): the Transpose is repeated inside the segment, so the variable behind it is an
+    argument (was: 'value %var_..._kernel is read before it is defined'); gradients equal Keras'."""
+    x, y = data()
+    baseline = aiacc.optimize(shared_conv(), x, mode="train", memory_budget=1 << 40).aiacc_memory_plan.baseline
+    m = shared_conv()
+    fast = aiacc.optimize(m, x, mode="train", memory_budget=baseline // 2)
+    graph = fast.aiacc_graph.unwrap()
+    nodes = list(graph)
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    outside = []  # (segment, conv) where the Conv's kernel Transpose is before the segment
+    for a, b in graph.meta["tf_recompute"]:
+        for n in nodes[a:b + 1]:
+            p = n.inputs[1].producer if n.op == "Conv" else None
+            if p is not None and p.op == "Transpose" and pos[id(p)] < a:
+                outside.append(((a, b), n.name))
+    assert outside, "the case under test: a recomputed Conv whose kernel Transpose is outside its segment"
+    ref = shared_conv()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    grads = []
+    for model in (ref, fast):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads.append(tape.gradient(loss, model.trainable_variables))
+    assert len(grads[0]) == len(grads[1]) == len(m.trainable_variables)
+    for v, a, b in zip(m.trainable_variables, *grads):
+        assert b is not None, v.path
+        assert close(a.numpy(), b.numpy()), (v.path, float(np.max(np.abs(a.numpy() - b.numpy()))))
+    # and three optimizer steps on from there (both already ran one training forward) end the same
+    want, got = train_steps(ref, 3, x, y), train_steps(fast, 3, x, y)
+    for v, a, b in zip(m.variables, want, got):
+        assert close(a, b), (v.path, float(np.max(np.abs(a - b))))
+
+
 def test_xla_step_three_steps_match_and_choice_is_recorded():
     x, y = data()
     ref = cnn(seed=0)
