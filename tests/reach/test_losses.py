@@ -87,21 +87,29 @@ def _cases():
 CASES = _cases()
 
 
-@pytest.mark.parametrize("frontend", ["fx", "export"])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_loss_becomes_ir_and_equals_torch(name, frontend):
-    model, x, t = CASES[name]
+def _check_whole_and_equal(case, frontend, rtol, atol, graph_check=None):
+    """Trace `case` (model, input maker, target maker) through `frontend`: no opaque node (and `graph_check(model,
+    graph)` if given); then the optimized model equals torch on a fresh input within rtol/atol."""
+    model, x, t = case
     model.eval()
     example, fresh = (x(), t()), (x(), t())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph = aiacc.trace(model, example, frontend=frontend)
         assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        if graph_check is not None:
+            graph_check(model, graph)
         fast = aiacc.optimize(model, example, frontend=frontend)
     with torch.no_grad():
         expected, actual = model(*fresh), fast(*fresh)
     assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_loss_becomes_ir_and_equals_torch(name, frontend):
+    _check_whole_and_equal(CASES[name], frontend, rtol=1e-5, atol=1e-6)
 
 
 def _weighted_cases():
@@ -132,22 +140,11 @@ WEIGHTED = _weighted_cases()
 @pytest.mark.parametrize("frontend", ["fx", "export"])
 @pytest.mark.parametrize("name", sorted(WEIGHTED))
 def test_weighted_loss_equals_torch(name, frontend):
-    model, x, t = WEIGHTED[name]
-    model.eval()
-    example, fresh = (x(), t()), (x(), t())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        graph = aiacc.trace(model, example, frontend=frontend)
-        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
-        # the weight reached the IR (fx once recorded F.l1_loss(weight=w) without it)
+    def weight_reached_the_ir(model, graph):  # fx once recorded F.l1_loss(weight=w) without it
         w = model.kw["weight"].numpy()
         assert any(v.const is not None and v.const.shape == w.shape and np.array_equal(v.const, w)
                    for n in graph for v in n.inputs if v is not None)
-        fast = aiacc.optimize(model, example, frontend=frontend)
-    with torch.no_grad():
-        expected, actual = model(*fresh), fast(*fresh)
-    assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+    _check_whole_and_equal(WEIGHTED[name], frontend, rtol=1e-6, atol=1e-6, graph_check=weight_reached_the_ir)
 
 
 @pytest.mark.parametrize("fn", [F.l1_loss, F.mse_loss, F.huber_loss], ids=lambda f: f.__name__)
@@ -252,18 +249,7 @@ MARGIN = _margin_cases()
 @pytest.mark.parametrize("frontend", ["fx", "export"])
 @pytest.mark.parametrize("name", sorted(MARGIN))
 def test_margin_loss_becomes_ir_and_equals_torch(name, frontend):
-    model, x, t = MARGIN[name]
-    model.eval()
-    example, fresh = (x(), t()), (x(), t())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        graph = aiacc.trace(model, example, frontend=frontend)
-        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
-        fast = aiacc.optimize(model, example, frontend=frontend)
-    with torch.no_grad():
-        expected, actual = model(*fresh), fast(*fresh)
-    assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    _check_whole_and_equal(MARGIN[name], frontend, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(MARGIN))
