@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from aiacc import progress
-from aiacc.core.compare import compare_outputs
-from aiacc.core.ir import Graph, Node
+from aiacc.core.compare import compare_outputs, recheck_float64
+from aiacc.core.ir import Graph, Node, TensorType
 from aiacc.errors import AiaccError, GraphError, KernelError, VerificationError
 
 # The modes, in their one spelling; ALIASES are accepted everywhere a mode is (plugins, passes, rules).
@@ -422,6 +422,46 @@ def _run_outputs(graph: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarr
     return [out[v.name] for v in graph.outputs]
 
 
+def float64_copy(graph: Graph) -> Graph | None:
+    """A copy of `graph` computing in float64 where it computes in float32: float32 inputs, constants, value
+    types and dtype attributes ("to", "dtype": "float32"; float32 arrays) widened, for the debug mode's float64
+    re-check. None where the graph holds an opaque node (its framework callable keeps its own dtypes)."""
+    g = graph.copy()
+    for n in g:
+        if n.domain not in ("", "ai.onnx", "aiacc"):
+            return None
+        for k, a in list(n.attrs.items()):
+            if isinstance(a, str) and a == "float32":
+                n.attrs[k] = "float64"
+            elif isinstance(a, np.ndarray) and a.dtype == np.float32:
+                n.attrs[k] = a.astype(np.float64)
+    values = list(g.inputs) + list(g.initializers.values()) + [o for n in g for o in n.outputs]
+    for v in values:
+        if v.dtype == "float32":
+            v.type = TensorType("float64", v.shape)
+            if v.const is not None:
+                v.const = np.asarray(v.const).astype(np.float64)  # a new array: the copy shares the original's
+    return g
+
+
+def _float64_verdict(before: Graph | None, after: Graph, feeds, baseline, got, rtol: float, atol: float,
+                     problem: str) -> str | None:
+    """The debug mode's float64 re-check of a pass whose float32 outputs moved: `before` (the input graph) and
+    `after` run in float64 on the widened feeds decide (compare.recheck_float64); `problem` where they cannot."""
+    wide_before = None if before is None else float64_copy(before)
+    wide_after = float64_copy(after) if wide_before is not None else None
+    if wide_after is None:
+        return problem
+    wide = {k: (np.asarray(v).astype(np.float64) if np.asarray(v).dtype == np.float32 else v)
+            for k, v in feeds.items()}
+    try:
+        truth, got64 = _run_outputs(wide_before, wide), _run_outputs(wide_after, wide)
+    except AiaccError as e:
+        return f"{problem} (the float64 re-check could not run: {e})"
+    why = recheck_float64(baseline, got, truth, got64, rtol, atol)
+    return f"{problem}; float64 re-check: {why}" if why else None
+
+
 # ------------------------------------------------------------------------------------------------
 # the manager
 # ------------------------------------------------------------------------------------------------
@@ -447,6 +487,7 @@ class PassManager:
         self.debug = debug
         self.feeds = feeds
         self.rtol, self.atol = rtol, atol
+        self._input: Graph | None = None  # debug: a copy of the input graph
 
     def run(self, graph: Graph) -> PassReport:
         report = PassReport(level=self.level, mode=self.mode, nodes_before=len(graph),
@@ -458,6 +499,7 @@ class PassManager:
             try:
                 feeds = dict(self.feeds) if self.feeds is not None else random_feeds(graph)
                 baseline = _run_outputs(graph, feeds)
+                self._input = graph.copy()  # structure only (constants shared): the float64 re-check's reference
             except (KernelError, VerificationError) as e:
                 numerics_note = f"numerics not checked: {e}"
         with progress.task("passes", total=len(self.passes)) as shown:
@@ -508,6 +550,9 @@ class PassManager:
                     raise VerificationError(f"pass {p.name} left a graph the reference executor cannot run: "
                                             f"{e}") from e
                 problem = compare_outputs(baseline, got, self.rtol, self.atol)
+                if problem:  # float32 rounding an ill-conditioned graph amplifies, or a real change: float64 decides
+                    problem = _float64_verdict(self._input, graph, feeds, baseline, got, self.rtol, self.atol,
+                                               problem)
                 if problem:
                     raise VerificationError(f"pass {p.name} changed the numerics: {problem}")
                 rec.checked = "graph+numerics"

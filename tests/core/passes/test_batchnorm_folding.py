@@ -186,7 +186,8 @@ def test_fold_of_a_cancelling_bias_is_exact_and_the_float32_difference_is_the_or
         g = _cancelling_conv_bn(dtype, weights)
         fd = {k: v.astype(dtype) for k, v in feeds.items()}
         before = run(g, fd)["y"].astype(np.float64)
-        run_passes(g, passes=P)
+        # debug mode: its float32 check alone refused the fold; the float64 re-check accepts it
+        run_passes(g, passes=P, debug=True, feeds=fd)
         assert ops(g) == ["Conv"]
         outs[dtype] = before, run(g, fd)["y"].astype(np.float64)
     before64, after64 = outs["float64"]
@@ -196,3 +197,15 @@ def test_fold_of_a_cancelling_bias_is_exact_and_the_float32_difference_is_the_or
     # float32: the graphs differ by more than verify's rtol, and the folded one is the one near the exact result
     assert np.abs(after32 - before32).max() > 1e-4 * scale
     assert np.abs(after32 - before64).max() < np.abs(before32 - before64).max() / 10
+
+
+def test_debug_mode_still_refuses_a_wrong_fold_of_the_cancelling_form(monkeypatch):
+    import aiacc.core.passes.batchnorm_folding as bf
+    from aiacc.errors import VerificationError
+
+    right = bf._bn_params
+    monkeypatch.setattr(bf, "_bn_params", lambda m: (right(m)[0] * 1.001, right(m)[1]))  # the scale 0.1% off
+    g = _cancelling_conv_bn("float32", conv_bn_weights())
+    with pytest.raises(VerificationError, match="batchnorm_folding changed the numerics: .*float64 re-check: "
+                                                "in float64 too"):
+        run_passes(g, passes=P, debug=True)

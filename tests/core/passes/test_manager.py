@@ -112,3 +112,26 @@ def test_bad_level_and_mode():
         run_passes(g, level=4)
     with pytest.raises(AiaccError, match="unknown mode"):
         run_passes(g, mode="eval")
+
+
+def test_float64_copy_widens_types_constants_and_dtype_attributes_and_leaves_the_graph_alone():
+    from aiacc.core import run
+    from aiacc.core.passes.manager import float64_copy
+
+    text = """graph g(%x: float32[3], %i: int64[3]) {
+      %w: float32[3] = const
+      %c: float32[3] = Cast<cast>(%i) {to="float32"}
+      %m: float32[3] = Mul<mul>(%x, %w)
+      %y: float32[3] = Add<add>(%m, %c)
+      return %y
+    }"""
+    w = np.array([0.1, 0.2, 0.3], np.float32)
+    g = parse(text, {"w": w})
+    wide = float64_copy(g)
+    assert str(g) == str(parse(text, {"w": w})) and g.initializers["w"].const.dtype == np.float32
+    assert wide.outputs[0].dtype == "float64" and wide.initializers["w"].const.dtype == np.float64
+    assert next(n for n in wide if n.op == "Cast").attrs["to"] == "float64"
+    x, i = np.array([1.0, 2.0, 3.0]), np.arange(3)
+    y = run(wide, {"x": x, "i": i})["y"]
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, x * w.astype(np.float64) + i, rtol=1e-15)
