@@ -24,11 +24,13 @@ def keep_note(what: str, ratio: float) -> tuple[bool, str]:
 
 def interleaved_times(fns: dict[str, Callable[[], Any]], rounds: int = 5, warmup: int = 0,
                       max_rounds: int | None = None, max_seconds: float = float("inf"),
-                      ambiguous: float = 0.0) -> dict[str, list[float]]:
+                      ambiguous: float = 0.0,
+                      settled: Callable[[dict[str, list[float]]], bool] | None = None) -> dict[str, list[float]]:
     """Seconds of every timed call of each function: `warmup` untimed calls each, then `rounds` rounds
     calling each once, the order rotated every round. After those, while the two fastest medians are within
-    `ambiguous` (a fraction) of each other, more rounds, up to `max_rounds` rounds in all and `max_seconds`
-    of timed rounds."""
+    `ambiguous` (a fraction) of each other (or, given `settled`, until settled(times so far) is true: the
+    caller's own stopping rule), more rounds, up to `max_rounds` rounds in all and `max_seconds` of timed
+    rounds."""
     names = list(fns)
     for name in names:
         for _ in range(warmup):
@@ -44,8 +46,11 @@ def interleaved_times(fns: dict[str, Callable[[], Any]], rounds: int = 5, warmup
         done += 1
         if done < rounds:
             continue
-        medians = sorted(statistics.median(v) for v in times.values())
-        close = len(medians) > 1 and medians[1] <= medians[0] * (1 + ambiguous)
+        if settled is not None:
+            close = not settled(times)
+        else:
+            medians = sorted(statistics.median(v) for v in times.values())
+            close = len(medians) > 1 and medians[1] <= medians[0] * (1 + ambiguous)
         if not close or done >= limit or time.perf_counter() - start > max_seconds:
             return times
 

@@ -39,14 +39,50 @@ GRAD_RTOL = 1e-2
 # compiler's fused BatchNorm statistics or convolution are); a candidate's gradient may differ from aiacc's by
 # NOISE_FACTOR times the perturbed step's difference, never by more than NOISE_CAP of its norm
 NOISE_EPS, NOISE_FACTOR, NOISE_CAP = 2.0 ** -17, 2.0, 0.1
-# the measurement is extended (up to MAX_ROUNDS rounds, MAX_SECONDS of measuring) while the two fastest
-# candidates' medians are within AMBIGUOUS of each other: a shared machine's load spikes decide a close call
-MAX_ROUNDS, MAX_SECONDS, AMBIGUOUS = 11, 20.0, 0.06
+# the measurement is extended (up to MAX_ROUNDS rounds, MAX_SECONDS of measuring) while a candidate's paired
+# ratio to the kept step is undecided (see decide): comparing medians of 5 steps, a shared machine's load
+# spikes flipped a close call between runs
+MAX_ROUNDS, MAX_SECONDS = 11, 20.0
 
 
 # why a candidate was left out (TrainChoice.left_out): it raised while building or running; its first step's
 # loss differed from aiacc's own step's; a gradient (or the number or shape of the results) differed
 FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS = "failed", "loss differs", "gradient differs"
+
+
+@dataclass
+class Decision:
+    """What `decide` makes of interleaved step times."""
+
+    path: str  # the candidate to run: the kept one unless another is clearly faster
+    # per other candidate: (lower quartile, median, upper quartile) of its time / the kept one's, round by round
+    ratios: dict[str, tuple[float, float, float]]
+    settled: bool  # every other candidate clearly faster or clearly not (else more rounds would help)
+    rounds: int
+
+
+def decide(times: dict[str, list[float]], keep: str, margin: float = MARGIN) -> Decision:
+    """The choice from `times` (candidate -> seconds per round, the rounds interleaved as interleaved_times
+    runs them): each other candidate's time divided by `keep`'s in the same round (a paired ratio, so a
+    load change that slows a whole round cancels), summarized by its quartiles. A candidate is clearly
+    faster when its median ratio is below `margin` and its upper quartile below 1, clearly not when even its
+    lower quartile is at or above `margin`; otherwise undecided. The clearly faster one with the lowest
+    median ratio is chosen, else `keep` (a tie, or undecided ones at the end of the measuring, keep it)."""
+    rounds = min(len(v) for v in times.values()) if times else 0
+    ratios, faster, settled = {}, {}, True
+    for name, ts in times.items():
+        if name == keep:
+            continue
+        r = sorted(t / max(k, 1e-12) for t, k in zip(ts[:rounds], times[keep][:rounds]))
+        q1, med, q3 = (statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else r * 3) if r else (
+            1.0, 1.0, 1.0)
+        ratios[name] = (q1, med, q3)
+        if med < margin and q3 < 1.0:
+            faster[name] = med
+        elif q1 < margin:
+            settled = False
+    path = min(faster, key=faster.get) if faster else keep
+    return Decision(path, ratios, settled, rounds)
 
 
 @dataclass
@@ -145,13 +181,15 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
            base_model: Any, setting: Any, compiler: str, rounds: int = 5,
            to_arrays: Callable[[Any], list] | None = None,
            more: dict[str, Callable[[], Any]] | None = None, warmup: int = 2,
-           perturbed: Callable[[], Any] | None = None) -> tuple[Any, TrainChoice]:
+           perturbed: Callable[[], Any] | None = None, keep: str | None = None) -> tuple[Any, TrainChoice]:
     """(model, TrainChoice): `base_model`, the model `make_compiled()` builds (named base + compiler) or one
     of `more` (name -> maker: the framework's own best paths, the original model itself), whichever runs
     `step_of(model)` (one forward + backward, side effects undone by the step itself) fastest: `warmup` steps
     each (the first compiles), then `rounds` interleaved rounds, each round in a rotated order so no
-    candidate always runs after the same one; medians compared, and an alternative must beat aiacc's own
-    step by the MARGIN; while the two fastest are within AMBIGUOUS, more rounds (MAX_ROUNDS, MAX_SECONDS).
+    candidate always runs after the same one; each alternative's time paired round by round with the kept
+    candidate's (`keep`, aiacc's own step by default), more rounds while one is undecided (MAX_ROUNDS,
+    MAX_SECONDS), and one is chosen only when clearly faster by the MARGIN (`decide`); on a tie the kept one
+    runs. The choice's reason gives the measured ratio and the number of rounds.
     `setting` is the framework_compile option (True: the compiled model, unmeasured; a candidate's name:
     that candidate, unmeasured; OptionError naming the candidates for another name).
     An alternative that fails to build or run, or whose first step's results (`to_arrays` of what the step
@@ -201,19 +239,30 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             reasons.append(f"{name} failed: {describe(e, 200)}")
             continue
         models[name], steps[name] = model, step
-    times = interleaved_times(steps, rounds, max_rounds=MAX_ROUNDS, max_seconds=MAX_SECONDS, ambiguous=AMBIGUOUS)
+    keep = keep if keep in steps else base
+    times = interleaved_times(steps, rounds, max_rounds=MAX_ROUNDS, max_seconds=MAX_SECONDS,
+                              settled=lambda t: decide(t, keep).settled)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    rounds = len(times[base])
+    d = decide(times, keep)
     listing = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
-    best = min(ms, key=ms.get)
-    if best != base and ms[best] < MARGIN * ms[base]:
+    best = d.path
+    if best != keep:
+        q1, med, q3 = d.ratios[best]
+        measured = (f"paired ratio {med:.2f} (quartiles {q1:.2f}-{q3:.2f}) to {keep} over {d.rounds} "
+                    f"interleaved rounds")
         warnings.warn(f"aiacc: mode='train' runs the step as {best}: measured fastest ({listing}, median of "
-                      f"{rounds} steps each; framework_compile=False opts out)", AiaccNotice, stacklevel=3)
+                      f"{d.rounds} steps each; {measured}; framework_compile=False opts out)", AiaccNotice,
+                      stacklevel=3)
         return models[best], TrainChoice(best, ms, "; ".join(reasons + [
-            f"measured faster by {ms[base] / ms[best]:.2f}x than aiacc's own step, so aiacc runs it"]), left_out)
-    others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != base)
-    return base_model, TrainChoice(base, ms, "; ".join(reasons + [
-        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[base]:.1f} ms)"]), left_out)
+            f"measured faster by {1 / med:.2f}x than {keep} ({measured}), so aiacc runs it"]), left_out)
+    others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != keep)
+    closest = min(d.ratios, key=lambda k: d.ratios[k][1]) if d.ratios else None
+    measured = "" if closest is None else (
+        f"; closest {closest}: paired ratio {d.ratios[closest][1]:.2f} (quartiles {d.ratios[closest][0]:.2f}-"
+        f"{d.ratios[closest][2]:.2f}) over {d.rounds} interleaved rounds"
+        + ("" if d.settled else ", undecided at the cap: a tie keeps " + keep))
+    return models[keep], TrainChoice(keep, ms, "; ".join(reasons + [
+        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[keep]:.1f} ms{measured})"]), left_out)
 
 
 def attach(model: Any, choice: TrainChoice) -> Any:

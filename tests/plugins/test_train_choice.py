@@ -175,3 +175,60 @@ def test_choose_uses_the_perturbed_steps_floor_for_a_tie_moved_gradient():
                                 perturbed=lambda: [np.array(1.0), perturbed])
     assert refused is base and "gradient 0 differs" in why.reason
     assert chosen is fast and choice.path == "g + c"
+
+
+# ------------------------------------------------------------------ decide: the rule on synthetic timings
+def test_decide_pairs_rounds_so_a_load_change_over_whole_rounds_cancels():
+    from aiacc.plugins.train_choice import decide
+
+    # the machine 5x slower in rounds 2-3: the medians of raw times barely separate, every paired ratio is 0.9
+    times = {"g": [1.0, 1.0, 5.0, 5.0, 1.0], "c": [0.9, 0.9, 4.5, 4.5, 0.9]}
+    d = decide(times, "g")
+    assert d.path == "c" and d.settled and d.rounds == 5
+    assert d.ratios["c"] == pytest.approx((0.9, 0.9, 0.9))
+
+
+def test_decide_keeps_the_kept_candidate_on_a_tie_and_within_the_margin():
+    from aiacc.plugins.train_choice import MARGIN, decide
+
+    # within the margin, tightly: settled, not chosen
+    d = decide({"g": [1.0] * 5, "c": [0.99, 0.985, 0.99, 0.995, 0.99]}, "g")
+    assert d.path == "g" and d.settled
+    # the same speed with a wide spread (ratios from 0.8 to 1.2): undecided, the kept one stays
+    d = decide({"g": [1.0] * 5, "c": [0.8, 1.2, 0.9, 1.1, 1.0]}, "g")
+    assert d.path == "g" and not d.settled and d.ratios["c"][0] < MARGIN < 1.0 < d.ratios["c"][2]
+    # the kept candidate need not be the first (nor aiacc's): a tie keeps whichever is named
+    times = {"g": [0.8, 1.2, 0.9, 1.1, 1.0], "orig": [1.0] * 5}
+    assert decide(times, "orig").path == "orig" and decide(times, "g").path == "g"
+
+
+def test_decide_needs_the_spread_below_one_and_picks_the_lowest_median_ratio():
+    from aiacc.plugins.train_choice import decide
+
+    # median ratio 0.8 but two rounds in five slower than the kept step: not yet clearly faster
+    d = decide({"g": [1.0] * 5, "c": [0.8, 1.3, 0.8, 1.3, 0.8]}, "g")
+    assert d.ratios["c"][1] == pytest.approx(0.8) and d.ratios["c"][2] > 1.0
+    assert d.path == "g" and not d.settled
+    # two clearly faster: the lower median ratio wins; a clearly slower one is settled too
+    d = decide({"g": [1.0] * 5, "a": [0.9] * 5, "b": [0.7, 0.75, 0.7, 0.72, 0.7], "s": [2.0] * 5}, "g")
+    assert d.path == "b" and d.settled and d.ratios["s"][1] == pytest.approx(2.0)
+
+
+def test_interleaved_times_stops_when_the_callers_rule_is_settled_or_at_the_cap():
+    from aiacc.plugins.timing import interleaved_times
+
+    fns = {"a": lambda: None, "b": lambda: None}
+    t = interleaved_times(fns, rounds=3, max_rounds=11, settled=lambda ts: len(ts["a"]) >= 7)
+    assert len(t["a"]) == len(t["b"]) == 7
+    t = interleaved_times(fns, rounds=3, max_rounds=11, settled=lambda ts: False)
+    assert len(t["a"]) == 11
+    t = interleaved_times(fns, rounds=3, max_rounds=11, settled=lambda ts: True)
+    assert len(t["a"]) == 3
+
+
+def test_the_choice_says_the_paired_ratio_and_the_rounds():
+    base, fast = Model(0.02), Model(0.002)
+    (chosen, choice), said = run(base, fast)
+    assert chosen is fast and "paired ratio" in choice.reason and "interleaved rounds" in choice.reason
+    (chosen, choice), said = run(Model(0.002), Model(0.02))
+    assert "closest aiacc graph + the compiler: paired ratio" in choice.reason
