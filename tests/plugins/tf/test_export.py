@@ -23,13 +23,14 @@ def _ops(module):
     return collections.Counter(op.type for op in module.__call__.get_concrete_function().graph.get_operations())
 
 
-def _check(graph, feeds):
+def _check(graph, feeds, rtol=1e-4):
+    """The TF module aiacc exports for `graph`, checked equal to the reference run on `feeds` (rtol)."""
     expected = run(graph, feeds)
     module = aiacc.export(graph, "tf")
     out = module(*[feeds[v.name] for v in graph.inputs])
     outs = out if isinstance(out, (list, tuple)) else [out]
     for v, o in zip(graph.outputs, outs):
-        _close(expected[v.name], np.asarray(o))
+        _close(expected[v.name], np.asarray(o), rtol)
     return module
 
 

@@ -15,7 +15,8 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 import aiacc  # noqa: E402
-from aiacc.core import Graph, run  # noqa: E402
+from aiacc.core import Graph  # noqa: E402
+from tests.plugins.tf.test_export import _check as export_checked, _ops as export_ops_of  # noqa: E402
 
 
 def resnet_block(seed=0):
@@ -110,18 +111,9 @@ def test_gradients_and_moving_statistics_equal_keras(steps):
 
 
 # ------------------------------------------------------------------------------------------ the exporter
-def _module_ops(module):
-    return collections.Counter(op.type for op in module.__call__.get_concrete_function().graph.get_operations())
-
-
 def _check(graph, feeds):
-    expected = run(graph, feeds)
-    module = aiacc.export(graph, "tf")
-    out = module(*[feeds[v.name] for v in graph.inputs])
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    for v, o in zip(graph.outputs, outs):
-        assert close(expected[v.name], np.asarray(o), 1e-6), v.name
-    return _module_ops(module)
+    """The op counts of the TF module exported for `graph`, its outputs checked equal to the reference (1e-6)."""
+    return export_ops_of(export_checked(graph, feeds, rtol=1e-6))
 
 
 @pytest.mark.parametrize("sqrt_read_elsewhere", [False, True])
