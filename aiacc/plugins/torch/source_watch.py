@@ -14,10 +14,18 @@ tells a rewrite of the same values (a caller restoring buffers after a run: no c
 a StaleWeightsError naming the parameter, with the fix: optimize the original again. A module that shares nothing (on CUDA, or every weight copied)
 or copies nothing derived from a source gets no watch: it is either a consistent snapshot or follows
 the original entirely. torch.save / copy.deepcopy give a module that shares nothing with the original, so
-the copy's watch is empty (the tensors are not pickled with it).
+the copy's watch is empty.
+
+The watch holds no tensor (every tensor of the optimized module is registered, so .to() moves it:
+tests/gpu/test_torch_device.py): the original's tensors are weak references (an original deleted can no longer
+be changed: nothing to watch). A .to() / .double() / .cuda() of the optimized module that gives its tensors new
+memory leaves it sharing nothing with the original, a consistent snapshot: the next call drops the watch; a .to()
+that changes nothing (the same device and dtype) keeps it. Likewise a change seen after the original itself was
+converted (new memory for its tensors) is no mix of old and new weights, and drops it.
 """
 from __future__ import annotations
 
+import weakref
 import zlib
 from typing import Any, Iterable
 
@@ -30,36 +38,78 @@ WATCH_NAME = "aiacc_source_watch"
 
 
 class SourceWatch(nn.Module):
-    """Checks, on each forward, that the original's tensors the optimized module copied from are unchanged."""
+    """Checks, on each forward, that the original's tensors the optimized module copied from are unchanged.
+
+    It holds no tensor (every tensor of the optimized module is a registered parameter or buffer, which .to()
+    moves): the original's tensors are weak references, so an original deleted is no longer watched (nothing
+    can change it in place any more), and the optimized module is reached through a weak reference too."""
 
     _is_impure = True  # fx's dead-code elimination keeps the call (it returns nothing)
 
-    def __init__(self, sources: Iterable[tuple[str, torch.Tensor]], model: str = "the model"):
+    def __init__(self, sources: Iterable[tuple[str, torch.Tensor]], shared: Iterable[torch.Tensor],
+                 root: nn.Module, model: str = "the model"):
         super().__init__()
         self.model = model
-        # [name, tensor, version, checksum] at optimize time; a plain list: the tensors are the original's, not
-        # this module's state (no state_dict entry, not moved by .to())
-        self.watched = [[name, t, t._version, checksum(t)] for name, t in sources]
+        # [name, weakref to the original's tensor, version, checksum] at optimize time
+        self.watched = [[name, weakref.ref(t), t._version, checksum(t)] for name, t in sources]
+        # the original's tensors whose memory the optimized module holds: the watch is needed only while it
+        # still holds one of them (a .to() that moves or converts its tensors makes it a consistent snapshot)
+        self.shared = [weakref.ref(t) for t in shared]
+        self.root = weakref.ref(root)
+        self.moved = False  # an _apply (.to(), .double(), ...) ran: sharing is checked again on the next call
 
     def forward(self) -> None:
         """Raise StaleWeightsError naming the sources whose values changed in place since optimize."""
+        if self.moved:
+            self.moved = False
+            if not self._still_shared():
+                self._drop()
+                return
         for entry in self.watched:
-            if entry[1]._version != entry[2]:
+            t = entry[1]()
+            if t is None or t._version != entry[2]:
                 self._recheck()
                 return
 
+    def _apply(self, fn: Any, recurse: bool = True) -> "SourceWatch":
+        # called by the optimized module's .to() / .float() / .cuda() / share_memory(), before all of its own
+        # tensors are converted (children come first): the check is on the next call, when they all are
+        self.moved = True
+        return super()._apply(fn, recurse)
+
+    def _still_shared(self) -> bool:
+        """Whether the optimized module still holds the memory of one of the original's tensors (on the CPU,
+        where sharing happens): after a .to() to another device or dtype, or after the original itself was
+        converted (its tensors given new memory), it does not."""
+        root = self.root() if self.root is not None else None
+        if root is None:
+            return False
+        held = _held_pointers(root)
+        return any(t is not None and t.device.type == "cpu" and t.data_ptr() in held
+                   for t in (r() for r in self.shared))
+
+    def _drop(self) -> None:
+        """Nothing of the original is shared any more: a consistent snapshot, no longer watched."""
+        self.watched, self.shared = [], []
+
     def _recheck(self) -> None:
-        """A version moved: a write of the same values (a caller restoring buffers after a run, a
-        load_state_dict of the same weights) is no change, and its new version is taken; other values raise."""
+        """A version moved (or a source was deleted): a write of the same values (a caller restoring buffers
+        after a run, a load_state_dict of the same weights) is no change, and its new version is taken; a change
+        while the module still shares memory with the original raises; a deleted source is forgotten."""
+        self.watched = [e for e in self.watched if e[1]() is not None]
         changed = []
         for entry in self.watched:
-            name, t, version, crc = entry
+            name, ref, version, crc = entry
+            t = ref()
             if t._version != version:
                 if checksum(t) != crc:
                     changed.append(name)
                 else:
                     entry[2] = t._version
         if changed:
+            if not self._still_shared():  # e.g. the original was moved or converted: no longer a mix
+                self._drop()
+                return
             self._stale(changed)
 
     def _stale(self, changed: list[str]) -> None:
@@ -75,9 +125,10 @@ class SourceWatch(nn.Module):
             f"independent snapshot).")
 
     def __getstate__(self) -> dict:
-        # a pickled or deep-copied module holds its own tensors: nothing of the original to watch
+        # a pickled or deep-copied module holds its own tensors: nothing of the original to watch (and weak
+        # references cannot be pickled)
         state = self.__dict__.copy()
-        state["watched"] = []
+        state.update(watched=[], shared=[], root=None, moved=False)
         return state
 
     def extra_repr(self) -> str:
@@ -100,7 +151,7 @@ def checksum(t: torch.Tensor) -> int:
 def _held_pointers(module: nn.Module) -> set[int]:
     ptrs = set()
     for t in list(module.parameters()) + list(module.buffers()):
-        if t.numel():
+        if t.numel() and t.device.type == "cpu":
             ptrs.add(t.data_ptr())
     return ptrs
 
@@ -129,7 +180,7 @@ def watch(gm: Any, sources: dict[int, tuple[str, torch.Tensor]], multi_use: set[
             watched.append((f"{n} (its BatchNorm's {counter} moved: a train-mode forward of the original)",
                             original_state[counter]))
             names.add(counter)
-    gm.add_module(WATCH_NAME, SourceWatch(watched, model))
+    gm.add_module(WATCH_NAME, SourceWatch(watched, [cpu[k][1] for k in shared], gm, model))
     graph = gm.graph
     first = next(n for n in graph.nodes if n.op != "placeholder")
     with graph.inserting_before(first):

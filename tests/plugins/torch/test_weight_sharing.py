@@ -258,3 +258,83 @@ def test_training_the_original_batchnorm_is_caught():
     m.eval()
     with pytest.raises(StaleWeightsError, match=r"bn\.running_mean \(its BatchNorm's bn\.num_batches_tracked moved"):
         fast(x)
+
+
+# -- .to() of the optimized module: the watch holds no tensor, and is dropped once nothing is shared -----------------
+@pytest.mark.parametrize("to", [("cpu",), (torch.float32,), ("cpu", torch.float32)])
+def test_a_to_that_changes_nothing_keeps_the_watch(to):
+    """.to() to the device and dtype it already has returns the same tensors: still shared with the original."""
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    same = fast.to(*to)
+    with torch.no_grad():
+        same(x)
+    assert len(getattr(same, WATCH_NAME).watched) > 0
+    m.load_state_dict(_other_weights(m))
+    with pytest.raises(StaleWeightsError, match=r"conv\.weight"):
+        same(x)
+
+
+def test_a_to_meta_drops_the_watch():
+    """.to("meta") gives every tensor new memory: nothing is shared, a change of the original is no hazard."""
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    meta = fast.to("meta")
+    m.load_state_dict(_other_weights(m))
+    y = meta(x.to("meta"))
+    assert y.device.type == "meta" and tuple(y.shape) == (2, 4)
+    assert getattr(meta, WATCH_NAME).watched == []
+
+
+def test_a_to_float64_drops_the_watch_and_keeps_the_snapshot():
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        before = copy.deepcopy(m).double()(x.double())
+    fast64 = fast.to(torch.float64)
+    m.load_state_dict(_other_weights(m))  # the float64 module holds its own converted tensors: unaffected
+    with torch.no_grad():
+        torch.testing.assert_close(fast64(x.double()), before, rtol=1e-6, atol=1e-6)
+    assert getattr(fast64, WATCH_NAME).watched == []
+
+
+def test_the_original_converted_then_changed_is_no_error():
+    """m.double() gives the original's tensors new memory: the optimized module keeps the old memory, its own
+    consistent snapshot, so a later change of the original is no mix of old and new weights."""
+    m = _built(ConvBN)
+    x = torch.randn(2, 3, 8, 8)
+    fast = _optimize(m, x)
+    with torch.no_grad():
+        before = fast(x)
+    m.double()
+    m.load_state_dict(_other_weights(m))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), before)
+    assert getattr(fast, WATCH_NAME).watched == []
+
+
+def test_a_deleted_source_is_no_longer_watched():
+    """The watch holds the original's tensors by weak reference (an optimized module keeps its original alive
+    for its shape specializations, so this is the watch alone): a source gone can no longer change in place."""
+    from aiacc.plugins.torch.source_watch import SourceWatch
+
+    shared = torch.ones(3)
+    root = nn.Module()
+    root.register_buffer("b", shared.detach())  # the module holds the original's memory
+
+    def watched():
+        src = torch.ones(3)
+        return src, SourceWatch([("w", src)], [shared], root, "M")
+
+    src, w = watched()
+    w()
+    src.add_(1.0)
+    with pytest.raises(StaleWeightsError, match=r"M's parameter or buffer w "):
+        w()
+    src, w = watched()
+    del src
+    w()
+    assert w.watched == []
