@@ -131,6 +131,16 @@ class AiaccTracer(fx.Tracer):
         value = self.example[name]
         return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
 
+    def release(self) -> None:
+        """Drop what the trace holds of the model and the example call (the tracer is not used after its
+        trace): whatever might still refer to the tracer then keeps neither alive."""
+        self.example = None
+        self._saved_state = None
+        self._env.clear()
+        self.root = None
+        self.graph = None
+        self.tensor_attrs = {}
+
     def restore_state(self) -> None:
         if self._saved_state is not None:
             buffers, rng = self._saved_state
@@ -428,10 +438,26 @@ def _last_node(graph: fx.Graph) -> fx.Node | None:
     return next(iter(reversed(graph.nodes)), None)
 
 
+def _fill_override_caches() -> None:
+    """Fill torch.overrides' caches of torch's public functions before anything of torch is patched.
+
+    get_ignored_functions and get_overridable_functions read torch's namespaces once, on first use, and keep
+    what they found for the whole process; fx's Proxy.__torch_function__ asks is_tensor_method_or_property
+    on the first traced op, which fills both. Filled while a trace's patches are in place, they would hold the
+    patched torch.zeros (and F.handle_torch_function) for good: the closures keep that trace's tracer alive,
+    and with it the traced model, its graph and the example inputs; torch.zeros would also no longer be
+    listed as ignored. Filled here first, they hold torch's own functions."""
+    torch.overrides.get_ignored_functions()
+    torch.overrides.get_overridable_functions()
+    torch.overrides.is_tensor_method_or_property(torch.Tensor.add)
+    torch.overrides.get_default_nowrap_functions()
+
+
 @contextlib.contextmanager
 def capture_autograd_functions(tracer: fx.Tracer):
     """While active, `SomeFunction.apply(proxy, ...)` records one call_function node whose target is the
     original bound `SomeFunction.apply` (so the export calls it again, custom backward included)."""
+    _fill_override_caches()  # before the patch (see there)
     base = torch.autograd.Function
     original = base.__dict__["apply"]
 
@@ -453,6 +479,7 @@ def proxy_patches(tracer: "AiaccTracer"):
     """While active, `len(proxy)` (also called by `[*proxy]` and `list(proxy)`) is the length of the proxy's
     example value, fixed at trace time like every shape; and `proxy[index] = value` is recorded as an
     operator.setitem call (the importer turns it into an out-of-place update)."""
+    _fill_override_caches()  # before torch.zeros & co. are patched: a cache filled after would keep the patches
     original_len = Proxy.__len__
     had_setitem = "__setitem__" in Proxy.__dict__
     original_setitem = Proxy.__dict__.get("__setitem__")
@@ -630,6 +657,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
         tracer._env.clear()
         tracer.restore_state()
         _drop_proxies(module, saved)
+        tracer.release()
     if gm is not None:
         _said_guards(module, gm.meta["aiacc.value_guards"])  # outside the try: strict=True's error is no fallback
         return gm, tracer.forced_leaves
