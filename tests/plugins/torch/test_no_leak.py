@@ -114,7 +114,6 @@ def test_cnn_trace_leaves_nothing_alive():
     _check(_run("cnn"))
 
 
-@pytest.mark.slow
 def test_bert_trace_leaves_nothing_alive():
     pytest.importorskip("transformers")
     _check(_run("bert"))
