@@ -226,7 +226,7 @@ class Importer:
         self.graph = Graph(type(model).__name__)
         self.state: dict[str, tuple[str, str, bool]] = {}
         self._state_values: dict[str, Value] = {}  # qualified name (any alias of a tied tensor) -> value
-        self._canonical: dict[int, str] | None = None  # see _canonical_names
+        self._names: dict[int, list[str]] | None = None  # see _tensor_names
         self._const_count = 0
         self.current: fx.Node | None = None
         self.opaque_reasons: dict[str, str] = {}
@@ -489,7 +489,7 @@ class Importer:
         if tensor is None:
             tensor = self.gm.get_parameter(qualname) if _is_param(self.gm, qualname) else self.gm.get_buffer(qualname)
         alias = qualname
-        qualname = self._canonical_names().get(id(tensor), qualname)
+        qualname = self._tensor_names().get(id(tensor), [qualname])[0]
         if qualname in self._state_values:
             self._state_values[alias] = self._state_values[qualname]
             return self._state_values[qualname]
@@ -508,21 +508,19 @@ class Importer:
         """{state qualname: the model's other names for the same tensor} for tied weights, so the exported
         module registers that one tensor under every name the original has (the same state_dict keys; an
         optimizer step on it moves every use)."""
-        names: dict[int, list[str]] = {}
-        for name, t in list(self.model.named_parameters(remove_duplicate=False)) + \
-                list(self.model.named_buffers(remove_duplicate=False)):
-            names.setdefault(id(t), []).append(name)
-        by_name = {ns[0]: ns[1:] for ns in names.values() if len(ns) > 1}
-        return {q: [a for a in by_name[q] if a != q] for q, _, _ in self.state.values() if q in by_name}
+        by_name = {ns[0]: ns[1:] for ns in self._tensor_names().values() if len(ns) > 1}
+        return {q: by_name[q] for q, _, _ in self.state.values() if q in by_name}
 
-    def _canonical_names(self) -> dict[int, str]:
-        """id(tensor) -> the one name the model's deduplicated named_parameters() / named_buffers() give it
-        (built once; the model's tensors stay alive while it is traced, so the ids are stable)."""
-        if self._canonical is None:
-            self._canonical = {}
-            for name, t in list(self.model.named_parameters()) + list(self.model.named_buffers()):
-                self._canonical.setdefault(id(t), name)
-        return self._canonical
+    def _tensor_names(self) -> dict[int, list[str]]:
+        """id(tensor) -> every name the model holds it under, in named_parameters() / named_buffers() order, so
+        the first is the one their deduplicated forms give it (built once; the model's tensors stay alive while
+        it is traced, so the ids are stable)."""
+        if self._names is None:
+            self._names = {}
+            for name, t in list(self.model.named_parameters(remove_duplicate=False)) + \
+                    list(self.model.named_buffers(remove_duplicate=False)):
+                self._names.setdefault(id(t), []).append(name)
+        return self._names
 
     def param(self, module: nn.Module, attr: str) -> Value | None:
         """The value of `module.<attr>` (None when the attribute is None)."""
