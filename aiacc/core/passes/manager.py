@@ -487,32 +487,32 @@ class PassManager:
         self.debug = debug
         self.feeds = feeds
         self.rtol, self.atol = rtol, atol
-        self._input: Graph | None = None  # debug: a copy of the input graph
 
     def run(self, graph: Graph) -> PassReport:
         report = PassReport(level=self.level, mode=self.mode, nodes_before=len(graph),
                             const_bytes_before=graph.constant_bytes(), ops_before=graph.op_histogram())
-        baseline = feeds = None
+        baseline = feeds = reference = None  # reference: debug's copy of the input graph
         numerics_note = ""
         if self.debug:
             _verify_graph(graph, "the input graph (before any pass)")
             try:
                 feeds = dict(self.feeds) if self.feeds is not None else random_feeds(graph)
                 baseline = _run_outputs(graph, feeds)
-                self._input = graph.copy()  # structure only (constants shared): the float64 re-check's reference
+                reference = graph.copy()  # structure only (constants shared): for the float64 re-check
             except (KernelError, VerificationError) as e:
                 numerics_note = f"numerics not checked: {e}"
         with progress.task("passes", total=len(self.passes)) as shown:
             for p in self.passes:
                 shown.update(p.name)
-                self._run_one(p, graph, report, feeds, baseline, numerics_note)
+                self._run_one(p, graph, report, feeds, baseline, numerics_note, reference)
                 shown.advance()
         report.nodes_after = len(graph)
         report.const_bytes_after = graph.constant_bytes()
         report.ops_after = graph.op_histogram()
         return report
 
-    def _run_one(self, p: Pass, graph: Graph, report: PassReport, feeds, baseline, numerics_note: str) -> None:
+    def _run_one(self, p: Pass, graph: Graph, report: PassReport, feeds, baseline, numerics_note: str,
+                 reference: Graph | None = None) -> None:
         """Run pass `p`, record it in `report` and (debug) check the graph and its numerics."""
         ctx = PassContext(self.mode, self.level)
         # Hold the nodes themselves, not only their ids: a node the pass removes could otherwise be freed and its
@@ -551,7 +551,7 @@ class PassManager:
                                             f"{e}") from e
                 problem = compare_outputs(baseline, got, self.rtol, self.atol)
                 if problem:  # float32 rounding an ill-conditioned graph amplifies, or a real change: float64 decides
-                    problem = _float64_verdict(self._input, graph, feeds, baseline, got, self.rtol, self.atol,
+                    problem = _float64_verdict(reference, graph, feeds, baseline, got, self.rtol, self.atol,
                                                problem)
                 if problem:
                     raise VerificationError(f"pass {p.name} changed the numerics: {problem}")

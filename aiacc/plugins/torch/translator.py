@@ -238,11 +238,7 @@ class TorchPlugin(Plugin):
         if not isinstance(model, torch.nn.Module):
             return None
         widen = (lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
-        twin = copy.deepcopy(model).double()
-        try:
-            return self.run(twin, pytree.tree_map(widen, inputs))
-        finally:
-            del twin
+        return self.run(copy.deepcopy(model).double(), pytree.tree_map(widen, inputs))
 
     def runner(self, model: Any, inputs: Any):
         """Calls model(*inputs) under no_grad; outputs as numpy."""
