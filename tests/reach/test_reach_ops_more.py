@@ -155,3 +155,63 @@ def test_as_strided_outside_the_tensors_own_elements_stays_opaque_and_correct():
         fast = aiacc.optimize(model, x)
     with torch.no_grad():
         assert_close_rel(model(*fresh), fast(*fresh), 1e-5)
+
+
+class _TensorFill(nn.Module):
+    """masked_fill with a 0-d tensor as the fill value (torch takes no other tensor): a buffer (GPT-2's old
+    masked_bias), a value computed from the input, an input, a float value into an integer tensor (cast as
+    torch writes it), a mask that broadcasts, and a parameter filled by an expression of itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("neg", torch.tensor(-1e4))
+        self.w = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x, mask, v=None):
+        a = x.masked_fill(mask, self.neg)
+        b = torch.masked_fill(x, ~mask, x.amax())
+        c = x.masked_fill(mask[0], self.w * 3 if v is None else v)
+        i = (x * 10).long().masked_fill(mask, torch.tensor(2.7))
+        return a + b * self.w.masked_fill(torch.tensor(True), self.w * 2) + c, i
+
+
+def _fill_inputs():
+    return torch.randn(2, 3, 4), torch.rand(2, 3, 4) > 0.5, torch.tensor(3.0)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_masked_fill_with_a_tensor_value_is_a_where(frontend):
+    model, x, fresh = _TensorFill().eval(), _fill_inputs(), _fill_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, x, frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        assert sum(n.op == "Where" for n in graph) >= 5
+        # torch.export: translated itself, not replaced by PyTorch's decomposition as a way around a refusal
+        assert "aten.masked_fill.Tensor" not in graph.meta.get("torch.export", {}).get("decomposed", [])
+        fast = aiacc.optimize(model, x, frontend=frontend)
+    with torch.no_grad():
+        expected, actual = model(*fresh), fast(*fresh)
+    assert actual[1].dtype == torch.int64 and torch.equal(expected[1], actual[1])
+    assert_close_rel(expected[0], actual[0], 1e-6)
+
+
+def test_masked_fill_with_a_tensor_value_trains():
+    """mode='train': the gradients reach the fill value (a parameter) and x through the Where."""
+    torch.manual_seed(0)
+    model = _TensorFill().train()
+    x, mask, _ = _fill_inputs()
+    x.requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, (x, mask), mode="train")
+        assert [n.op for n in aiacc.trace(model, (x, mask), mode="train") if n.is_opaque] == []
+    grads = []
+    for m in (model, fast):
+        x.grad = None
+        m.zero_grad()
+        out, _ = m(x, mask)
+        (out ** 2).sum().backward()
+        grads.append((dict(m.named_parameters())["w"].grad.clone(), x.grad.clone()))
+    for a, b in zip(*grads):
+        assert_close_rel(a, b, 1e-5)

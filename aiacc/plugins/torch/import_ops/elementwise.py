@@ -345,9 +345,15 @@ def _tensor_where(imp, x, condition, other):
 
 @METHODS.register("masked_fill", "masked_fill_")
 def _masked_fill(imp, x, mask, value):
+    """x.masked_fill(mask, value): Where(mask, value, x). A tensor value (torch takes a 0-d one only: a buffer,
+    a computed scalar, aten.masked_fill.Tensor) is cast to x's dtype, as torch writes it into x."""
     x = tensor(x)
     if isinstance(value, Value):
-        raise Untranslatable("tensor fill value")
+        if value.shape is None or len(value.shape) != 0:
+            raise Untranslatable(f"a fill value of shape {value.shape} (torch takes a 0-d one)")
+        if value.dtype != x.dtype:
+            value = imp.op("Cast", value, to=x.dtype)
+        return imp.op("Where", tensor(mask), value, x)
     return imp.op("Where", tensor(mask), imp.scalar_like(value, x), x)
 
 
