@@ -161,6 +161,70 @@ reshape_bias = Rule(
         "axes, is Reshape(Gemm or FusedMatMul(a, W, c flattened)) (Keras einsum dense layers).")
 
 
+# -- Reshape(MatMul(Reshape(x) to a matrix, W) [+ bias]) back to x's leading axes: one batched product -----
+def _unflatten_reason(x, flat, out, w):
+    """None when `flat` is x of rank >= 3 flattened to [prod(leading), K] and `out` the [.., N] product
+    reshaped back to x's leading axes, else a reason."""
+    if x.shape is None or flat.shape is None or out.shape is None or w.shape is None:
+        return "shapes are unknown"
+    if len(x.shape) < 3:
+        return f"the flattened operand has rank {len(x.shape)}; a matrix product is already a Gemm"
+    if len(w.shape) != 2 or len(flat.shape) != 2:
+        return "the product is not a matrix times a weight matrix"
+    lead = list(x.shape[:-1])
+    if flat.shape[1] != x.shape[-1] or not all(isinstance(d, int) for d in lead + [flat.shape[0]]) \
+            or int(np.prod(lead)) != flat.shape[0]:
+        return f"the Reshape to {list(flat.shape)} does not merge only the leading axes of {list(x.shape)}"
+    if list(out.shape) != lead + [w.shape[1]]:
+        return f"the Reshape to {list(out.shape)} does not restore the leading axes {lead} of the operand"
+    return None
+
+
+def _check_unflatten_bias(m):
+    why = _unflatten_reason(m["x"], m.node("flat").output, m.root.output, m["b"])
+    if why:
+        return why
+    c, n = m["c"], m["b"].shape[1]
+    if c.dtype != m["x"].dtype:
+        return f"addend dtype {c.dtype} differs from {m['x'].dtype}"
+    cc = m.const("c")
+    if cc is None:
+        if c.shape is None or list(c.shape) != [n]:
+            return f"a non-constant addend of shape {c.shape} is not a bias vector of {n} entries"
+        return None
+    why = _bias_vector(cc, n, 2)
+    return why if isinstance(why, str) else None
+
+
+def _rewrite_unflatten_bias(m, b):
+    c = m["c"]
+    cc = m.const("c")
+    if cc is not None and (cc.ndim != 1 or cc.shape[0] != m["b"].shape[1]):
+        c = b.const(_bias_vector(cc, m["b"].shape[1], 2), "bias")
+    return b.node("FusedMatMul", [m["x"], m["b"], c], {}, domain="aiacc", name=m.node("mm").name).output
+
+
+unflatten_bias = Rule(
+    "flattened_matmul_bias",
+    Op("Reshape", Op("Add", Op("MatMul", Op("Reshape", Var("x"), Var(), name="flat"), Var("b"), name="mm"),
+                     Var("c"), name="add"), Var(), name="rs"),
+    _rewrite_unflatten_bias, _check_unflatten_bias,
+    doc="Reshape(MatMul(Reshape(x, [M, K]), W) + bias, x's leading axes + [N]) (x of rank >= 3: GPT-2's "
+        "Conv1D, torch.addmm on x.view(-1, K)) is FusedMatMul(x, W, bias): one batched product, whose "
+        "activation then fuses too.")
+
+
+def _check_unflatten(m):
+    return _unflatten_reason(m["x"], m.node("flat").output, m.root.output, m["b"])
+
+
+unflatten = Rule(
+    "flattened_matmul",
+    Op("Reshape", Op("MatMul", Op("Reshape", Var("x"), Var(), name="flat"), Var("b"), name="mm"), Var(), name="rs"),
+    lambda m, b: b.op("MatMul", m["x"], m["b"], name=m.node("mm").name), _check_unflatten,
+    doc="Reshape(MatMul(Reshape(x, [M, K]), W), x's leading axes + [N]) (x of rank >= 3) is MatMul(x, W).")
+
+
 # -- (Fused)MatMul + activation -> FusedMatMul(activation) ------------------------------------------------
 def _check_matmul_act(m):
     reason = check_activation_fusion(m, "mm")
@@ -185,13 +249,15 @@ matmul_activation = Rule(
     _rewrite_matmul_act, _check_matmul_act,
     doc="act(FusedMatMul(a, W, bias)) and act(MatMul(a, W)) are FusedMatMul(a, W, bias, activation=act).")
 
-RULES = RuleSet([matmul_add, matmul_bias, reshape_bias, gemm_activation, matmul_activation])
+RULES = RuleSet([unflatten_bias, unflatten, matmul_add, matmul_bias, reshape_bias, gemm_activation,
+                 matmul_activation])
 
 register_pass(RewritePass("gemm_fusion", RULES, level=2, doc="""
 Turn MatMul + Add into Gemm when both operands are matrices and the addend broadcasts to the product; a
 batched product (left operand of rank >= 3, e.g. BERT's [B, S, H] x [H, O]) plus a bias along its last
 axis into aiacc::FusedMatMul (also when a Reshape that splits the last axis sits between, as Keras einsum
-dense layers emit it); fuse a following activation into aiacc::FusedGemm / aiacc::FusedMatMul.
+dense layers emit it, and when the product runs on the operand flattened to a matrix and reshaped back, as
+GPT-2's Conv1D does); fuse a following activation into aiacc::FusedGemm / aiacc::FusedMatMul.
 
 Assumes: the MatMul (Gemm) output is read only by the Add (activation).
 Guarantees: the same numerics as the separate ops (the fused kernels run the very kernels they replace);

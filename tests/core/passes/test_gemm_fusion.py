@@ -207,3 +207,43 @@ def test_activation_after_a_batched_product_or_an_activated_fused_matmul_does_no
     assert "already has activation Relu" in RULES["matmul_activation"].explain(g, "act2")
     check_pass(g, P)
     assert ops(g) == ["MatMul", "Relu", "aiacc::FusedMatMul", "Tanh"]
+
+
+def flattened_dense(target="[2,4,5]", bias="[5]", act=""):
+    """GPT-2's Conv1D as traced: x [2,4,3] flattened to [8,3], MatMul, a bias, reshaped back (then `act`)."""
+    dims = [int(d) for d in bias.strip("[]").split(",") if d]
+    out = target.strip("[]").split(",")
+    tail = f"""      %y: float32[{",".join(out)}] = {act}<act>(%r)
+      return %y""" if act else "      return %r"
+    return parse(f"""graph g(%x: float32[2,4,3]) {{
+      %w: float32[3,5] = const
+      %c: float32{bias} = const
+      %s1: int64[2] = const [8,3]
+      %s2: int64[{len(out)}] = const {target}
+      %f: float32[8,3] = Reshape<flat>(%x, %s1)
+      %m: float32[8,5] = MatMul<mm>(%f, %w)
+      %a: float32[8,5] = Add<add>(%m, %c)
+      %r: float32[{",".join(out)}] = Reshape<rs>(%a, %s2)
+{tail}
+    }}""", {"w": W["w"], "c": rng.standard_normal(dims).astype(np.float32)})
+
+
+def test_a_product_on_the_flattened_operand_reshaped_back_is_one_fused_matmul_with_its_activation():
+    g = flattened_dense(act="Relu")
+    check_pass(g, P)
+    assert ops(g) == ["aiacc::FusedMatMul"] and g.nodes[0].attrs["activation"] == "Relu"
+    assert g.nodes[0].inputs[0] is g.inputs[0]
+    g = flattened_dense(bias="[1,5]")
+    check_pass(g, P)
+    assert ops(g) == ["aiacc::FusedMatMul"] and g.nodes[0].inputs[2].shape == (5,)
+
+
+def test_a_flattened_product_reshaped_to_other_axes_or_with_a_row_bias_stays_a_gemm():
+    g = flattened_dense(target="[4,2,5]")
+    assert "does not restore the leading axes [2, 4]" in RULES["flattened_matmul_bias"].explain(g, "rs")
+    check_pass(g, P)
+    assert ops(g) == ["Reshape", "Gemm", "Reshape"]
+    g = flattened_dense(bias="[8,1]")
+    assert "not a bias over the 5 output columns" in RULES["flattened_matmul_bias"].explain(g, "rs")
+    check_pass(g, P)
+    assert ops(g) == ["Reshape", "Gemm", "Reshape"]

@@ -209,3 +209,39 @@ def test_residual_summed_in_place_only_when_nothing_reads_it_later():
     assert fast50.code.count("fastpath_conv2d_add_(") == 16  # every bottleneck's residual
     with torch.no_grad():
         assert_close_rel(model50(*inputs), fast50(*inputs), 1e-5)
+
+
+class _Conv1D(nn.Module):
+    """GPT-2's Conv1D: a [K, N] weight, torch.addmm on the input flattened to a matrix, reshaped back."""
+
+    def __init__(self, k, n, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.weight = nn.Parameter(torch.randn(k, n, generator=g) * 0.2)
+        self.bias = nn.Parameter(torch.randn(n, generator=g))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.weight.shape[1],)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+
+def test_gpt2_style_conv1d_runs_as_one_inner_product_with_its_gelu_fused():
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.proj = _Conv1D(16, 32, 0), _Conv1D(32, 16, 1)
+
+        def forward(self, x):
+            return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+    model = MLP().eval()
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(2))
+    fast = aiacc.optimize(model, (x,), level=2)
+    code = fast.code
+    # both products are oneDNN inner products (the [K, N] weights transposed at export), none an addmm, and
+    # the GELU is the first one's post-op
+    assert "addmm" not in code and code.count("fastpath_linear(") == 2 and "'gelu'" in code
+    assert "gelu(" not in code.replace("fastpath_linear(", "")
+    with torch.no_grad():
+        fresh = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3))
+        assert_close_rel(model(fresh), fast(fresh), 1e-5)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import operator
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -21,7 +20,7 @@ from aiacc.core.ops import get_schema
 from aiacc.core.ops.fused import parse_program
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
-from aiacc.plugins.torch.export_ops.nn import conv, gemm, gemm_is_linear
+from aiacc.plugins.torch.export_ops.nn import conv, gemm, gemm_is_linear, transposed_constant
 from aiacc.plugins.torch.exporter import LOWERINGS, LNode, linear
 
 
@@ -131,10 +130,7 @@ def _fused_matmul(b, n):
     act, params = n.attr("activation", ""), n.attr("activation_params")
     w = n.values[1]
     if w is not None and w.const is not None:
-        key = ("T", id(w))
-        if key not in b.env:
-            b.env[key] = b.constant(np.ascontiguousarray(w.const.T))
-        weight = b.env[key]
+        weight = transposed_constant(b, w)
     else:
         weight = b.method("t", n.arg(1))
     bias = n.arg(2) if n.n_inputs > 2 and n.values[2] is not None else None

@@ -192,8 +192,13 @@ def gemm(b, n: LNode, onednn=None):
     if n.attr("transA"):
         a = b.method("t", a)
     c_shape = n.shape(2) if n.n_inputs > 2 else None
-    if n.attr("transB") and alpha == 1.0 and beta == 1.0 and (c is None or (c_shape is not None and len(c_shape) == 1)):
+    bias_ok = alpha == 1.0 and beta == 1.0 and (c is None or (c_shape is not None and len(c_shape) == 1))
+    if n.attr("transB") and bias_ok:
         return linear(b, a, w, c, onednn)
+    if not n.attr("transB") and bias_ok and b.inference and _const_matrix(n.values[1]) is not None:
+        # a constant [K, N] weight (GPT-2's Conv1D) is transposed once, at export, so the product runs as
+        # oneDNN's inner product on a prepacked weight rather than addmm
+        return linear(b, a, transposed_constant(b, n.values[1]), c, onednn)
     if n.attr("transB"):
         w = b.method("t", w)
     if c is not None:
@@ -205,9 +210,25 @@ def gemm(b, n: LNode, onednn=None):
 LOWERINGS.add("Gemm", gemm)
 
 
-def gemm_is_linear(n: LNode) -> bool:
+def _const_matrix(v) -> np.ndarray | None:
+    c = getattr(v, "const", None) if v is not None else None
+    return c if c is not None and c.ndim == 2 else None
+
+
+def transposed_constant(b, v):
+    """The constant matrix `v` transposed, as one contiguous export constant shared by every reader."""
+    key = ("T", id(v))
+    if key not in b.env:
+        b.env[key] = b.constant(np.ascontiguousarray(v.const.T))
+    return b.env[key]
+
+
+def gemm_is_linear(n: LNode, inference: bool = True) -> bool:
+    """Whether `gemm` lowers the Gemm to a linear (so a fused post-op can run in it): W transposed, or in an
+    inference export a constant W, which is transposed at export."""
     c_shape = n.shape(2) if n.n_inputs > 2 and n.values[2] is not None else None
-    return bool(n.attr("transB")) and not n.attr("transA") and float(n.attr("alpha", 1.0)) == 1.0 \
+    trans_b = bool(n.attr("transB")) or (inference and _const_matrix(n.values[1]) is not None)
+    return trans_b and not n.attr("transA") and float(n.attr("alpha", 1.0)) == 1.0 \
         and float(n.attr("beta", 1.0)) == 1.0 and (n.n_inputs < 3 or n.values[2] is None
                                                     or (c_shape is not None and len(c_shape) == 1))
 
