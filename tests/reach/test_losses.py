@@ -5,6 +5,7 @@ becomes IR under both frontends (torch.fx and torch.export) and equals torch's v
 input."""
 from __future__ import annotations
 
+import io
 import warnings
 
 import numpy as np
@@ -273,3 +274,58 @@ def test_margin_loss_gradients_equal_torch(name):
     torch.testing.assert_close(got_out, ref_out, rtol=1e-5, atol=1e-5)
     assert float(ref_grad.abs().sum()) > 0  # the loss depends on the input (margins not all satisfied)
     torch.testing.assert_close(got_grad, ref_grad, rtol=1e-5, atol=1e-5)
+
+
+class _OneHot(nn.Module):
+    def forward(self, x, t):
+        return F.one_hot(t, 5).to(x.dtype) * x
+
+
+def _class_index_cases():
+    """(model, ignore_index or None): the converters that pick the target's class with a
+    one-hot, where a target outside the classes would pick none."""
+    return {
+        "cross_entropy": (_Fn(F.cross_entropy), -100),
+        "cross_entropy_module": (nn.CrossEntropyLoss(ignore_index=2, reduction="sum"), 2),
+        "nll_loss": (_Fn(lambda x, t, **kw: F.nll_loss(x.log_softmax(1), t, **kw), reduction="none"), -100),
+        "multi_margin_loss": (_Fn(F.multi_margin_loss, margin=0.5), None),
+        "one_hot": (_OneHot(), None),
+    }
+
+
+CLASS_INDEX = _class_index_cases()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("name", sorted(CLASS_INDEX))
+def test_a_target_outside_the_classes_raises_where_torch_raises(name, frontend):
+    """torch raises on a class-index target outside 0..C-1 that is not ignore_index (IndexError 'Target 7 is out
+    of bounds.', 'target out of range', 'Class values must be ...'): the optimized model raises a GuardError
+    naming the op, never a loss that counts no class for it; targets in range, and ignore_index, still run and
+    equal torch's."""
+    from aiacc.errors import GuardError
+
+    model, ignore = CLASS_INDEX[name]
+    model.eval()
+    x = torch.randn(4, 5, generator=G)
+    good = torch.tensor([0, 4, 1, 3]) if ignore is None else torch.tensor([0, 4, ignore, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, (x, good), frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == [], graph.meta.get("torch.opaque_reasons")
+        fast = aiacc.optimize(model, (x, good), frontend=frontend)
+    fresh = torch.randn(4, 5, generator=G)
+    with torch.no_grad():
+        np.testing.assert_allclose(fast(fresh, good).numpy(), model(fresh, good).numpy(), rtol=1e-5, atol=1e-6)
+    op = name.replace("_module", "")
+    for bad in (torch.tensor([0, 5, 1, 3]), torch.tensor([0, -1, 1, 3]), torch.tensor([0, 1, 1, 99])):
+        with pytest.raises((IndexError, RuntimeError)):
+            model(fresh, bad)
+        with pytest.raises(GuardError, match=f"{op} .*a target is (not|neither) in the classes 0..4"):
+            fast(fresh, bad)
+    if frontend == "fx":  # the check is in the saved module's code too
+        buf = io.BytesIO()
+        torch.save(fast, buf)
+        buf.seek(0)
+        with pytest.raises(GuardError, match=op):
+            torch.load(buf, weights_only=False)(fresh, torch.tensor([0, 5, 1, 3]))

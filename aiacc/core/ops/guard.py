@@ -48,17 +48,22 @@ def _run(schema: OpSchema, node: Node, arrays: Sequence[np.ndarray | None]) -> l
     expected, what = bool(attrs["expected"]), attrs["what"] or "a condition"
     where = f"node {node.name} ({DOMAIN}::{OP})"
     if truth(arrays[0], where) != expected:
-        raise GuardError(mismatch_message(where, what, expected))
+        raise GuardError(f"{where}: {attrs['message']}" if attrs["message"] else
+                         mismatch_message(where, what, expected))
     return [np.asarray(arrays[0])]
 
 
-@op(OP, domain=DOMAIN, attrs={"expected": ("int", REQUIRED), "what": ("string", "")}, infer=_infer,
-    side_effects=True)
-def value_guard(cond, *, expected, what):
+# `message`: the error's own text, for a check that is not a branch the trace fixed (a loss's targets inside
+# the class range, where torch raises and a one-hot would silently pick nothing); "" is the branch wording
+@op(OP, domain=DOMAIN, attrs={"expected": ("int", REQUIRED), "what": ("string", ""), "message": ("string", "")},
+    infer=_infer, side_effects=True)
+def value_guard(cond, *, expected, what, message=""):
     """cond, unchanged; raises GuardError when bool(cond) != bool(expected) (`what`: the condition in the
-    source, for the message). The node-aware runner below is what executors call."""
+    source, for the message; `message`, when given, is the error's text instead). The node-aware runner below
+    is what executors call."""
     if truth(cond, "ValueGuard") != bool(expected):
-        raise GuardError(mismatch_message("ValueGuard", what or "a condition", bool(expected)))
+        raise GuardError(f"ValueGuard: {message}" if message else
+                         mismatch_message("ValueGuard", what or "a condition", bool(expected)))
     return np.asarray(cond)
 
 

@@ -298,18 +298,20 @@ def _source_of(node: fx.Node) -> str:
     return f"`{line}` ({where})" if line else where
 
 
-def value_guard(cond: Any, expected: bool, what: str) -> Any:
+def value_guard(cond: Any, expected: bool, what: str, message: str = "") -> Any:
     """`cond`, after checking that its truth value is `expected`, the one the trace was specialised on
-    (GuardError otherwise, naming `what`: the branch's source). Called with an fx Proxy (while tracing, or
-    when torch.load re-traces a saved GraphModule) it records one call of itself instead: a module-level
-    function, so exported modules pickle and reload with their guards."""
+    (GuardError otherwise, naming `what`: the branch's source; `message`, when given, is the error's text:
+    a check that is no branch, as a loss's targets in the class range). Called with an fx Proxy (while
+    tracing, or when torch.load re-traces a saved GraphModule) it records one call of itself instead: a
+    module-level function, so exported modules pickle and reload with their guards."""
     if isinstance(cond, Proxy):
-        return cond.tracer.create_proxy("call_function", value_guard, (cond, expected, what), {},
+        return cond.tracer.create_proxy("call_function", value_guard,
+                                        (cond, expected, what) + ((message,) if message else ()), {},
                                         name="value_guard")
     if bool(cond) != expected:
         from aiacc.core.ops.guard import mismatch_message
 
-        raise GuardError(mismatch_message("value guard", what, expected))
+        raise GuardError(message or mismatch_message("value guard", what, expected))
     return cond
 
 

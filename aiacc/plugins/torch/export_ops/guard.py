@@ -8,4 +8,6 @@ from aiacc.plugins.torch.exporter import LOWERINGS, LNode
 
 @LOWERINGS.register("aiacc::ValueGuard")
 def _value_guard(b, n: LNode):
-    return b.call(value_guard, n.arg(0), bool(n.attr("expected")), n.attr("what") or f"node {n.name}")
+    message = n.attr("message")
+    return b.call(value_guard, n.arg(0), bool(n.attr("expected")), n.attr("what") or f"node {n.name}",
+                  *((message,) if message else ()))

@@ -64,13 +64,38 @@ def _on_class_axis(imp, v: Value, r: int, axis: int) -> Value:
     return imp.op("Reshape", v, imp.ints(shape))
 
 
-def nll(imp, logp, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+def check_targets(imp, target: Value, classes: int, what: str, ignore_index=None) -> None:
+    """A run-time check that every class-index target is in 0..classes-1 (or is `ignore_index`): torch raises
+    on any other (nll_loss: IndexError 'Target 7 is out of bounds.', multi_margin_loss: 'target out of range',
+    one_hot: 'Class values must be smaller than num_classes'), while the one-hot the converters pick a class
+    with would pick none and return a number. An aiacc::ValueGuard with its own message (a GuardError naming
+    the op and the range), run on every backend like the tracer's branch guards; an empty target passes."""
+    t = target
+    zero = imp.const(np.asarray(0, dtype=t.dtype))
+    inside = imp.op("And", imp.op("GreaterOrEqual", t, zero),
+                    imp.op("Less", t, imp.const(np.asarray(classes, dtype=t.dtype))))
+    if ignore_index is not None:
+        inside = imp.op("Or", inside, imp.op("Equal", t, imp.const(np.asarray(ignore_index, dtype=t.dtype))))
+    bad = _all_axes(imp, "ReduceSum", imp.op("Cast", imp.op("Not", inside), to="int64"))
+    ok = imp.op("Equal", bad, imp.const(np.asarray(0, dtype=np.int64)))
+    allowed = f"0..{classes - 1}" + ("" if ignore_index is None else f" or ignore_index={ignore_index}")
+    message = (f"{what} (node {imp.current.name}): a target is " +
+               (f"not in the classes 0..{classes - 1}" if ignore_index is None else
+                f"neither in the classes 0..{classes - 1} nor ignore_index={ignore_index}") +
+               ", where torch raises an error; the optimized model refuses the call rather than return a value "
+               "that counts no class for it")
+    imp.graph.add_node("ValueGuard", [ok], {"expected": 1, "what": f"{what}'s targets in {allowed}",
+                                            "message": message}, domain="aiacc", name=f"{imp.current.name}_targets")
+
+
+def nll(imp, logp, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0,
+        what="nll_loss"):
     """The negative log-likelihood (see `nll_and_total`)."""
-    return nll_and_total(imp, logp, target, weight, reduction, ignore_index, label_smoothing)[0]
+    return nll_and_total(imp, logp, target, weight, reduction, ignore_index, label_smoothing, what)[0]
 
 
 def nll_and_total(imp, logp, target, weight=None, reduction="mean", ignore_index=-100,
-                  label_smoothing=0.0):
+                  label_smoothing=0.0, what="nll_loss"):
     """(loss, total weight): the negative log-likelihood of class-index targets (or cross entropy of
     probability targets) from log-probabilities `logp` whose class axis is 1 (0 when unbatched), with torch's
     reduction, ignore_index, class weights and label smoothing. The total weight is the summed weight of the
@@ -108,6 +133,7 @@ def nll_and_total(imp, logp, target, weight=None, reduction="mean", ignore_index
         raise Untranslatable(f"target of dtype {target.dtype}")
     if rank(target) != r - 1:
         raise Untranslatable(f"class-index targets of rank {rank(target)} for a rank-{r} input")
+    check_targets(imp, target, classes, what, ignore_index)
     ids = _on_class_axis(imp, imp.const(np.arange(classes, dtype=target.dtype)), r, axis)
     onehot = imp.op("Cast", imp.op("Equal", imp.op("Unsqueeze", target, imp.ints([axis])), ids), to=logp.dtype)
     valid = imp.op("Cast", imp.op("Not", imp.op("Equal", target, imp.const(np.asarray(ignore_index,
@@ -140,7 +166,7 @@ def cross_entropy(imp, x, target, weight=None, reduction="mean", ignore_index=-1
     if r == 0:
         raise Untranslatable("a 0-d loss input")
     logp = imp.op("LogSoftmax", x, axis=1 if r >= 2 else 0)
-    return nll(imp, logp, target, weight, reduction, ignore_index, label_smoothing)
+    return nll(imp, logp, target, weight, reduction, ignore_index, label_smoothing, "cross_entropy")
 
 
 @FUNCTIONS.register(F.cross_entropy)
@@ -285,6 +311,7 @@ def multi_margin(imp, x, target, p=1, margin=1.0, weight=None, reduction="mean")
         target = imp.op("Reshape", target, imp.ints([1]))
     elif target_shape is None or len(target_shape) != 1:
         raise Untranslatable(f"target of shape {target_shape} for a 2-D input")
+    check_targets(imp, target, classes, "multi_margin_loss")
     ids = imp.const(np.arange(classes, dtype=target.dtype))
     mask = imp.op("Equal", imp.op("Unsqueeze", target, imp.ints([1])), ids)  # [N, C]: j == y
     zero = imp.scalar_like(0.0, x)

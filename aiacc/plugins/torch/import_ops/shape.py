@@ -746,6 +746,9 @@ def _one_hot(imp, x, num_classes=-1):
         raise Untranslatable("one_hot without num_classes (its width depends on the data)")
     if x.dtype != "int64":
         raise Untranslatable(f"one_hot of a {x.dtype} tensor")
+    from aiacc.plugins.torch.import_ops.loss import check_targets
+
+    check_targets(imp, x, int(num_classes), "one_hot")  # torch raises on a class outside 0..num_classes-1
     hot = imp.op("Equal", imp.op("Unsqueeze", x, imp.ints([rank(x)])),
                  imp.const(np.arange(int(num_classes), dtype=np.int64)))
     return imp.op("Cast", hot, to="int64")
