@@ -18,7 +18,8 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
                       and overlap_forward="auto": the planner's measured choice between one synchronize
                       before step() and per-layer waits in the next forward (each layer's update waits only
                       for its own buckets: communication overlaps the next forward too); "per-layer" in the
-                      buckets column where it chose those
+                      buckets column where it chose those; "DDP layout" where its plan was not predicted
+                      clearly faster (planning.DDP_DEFAULT_MARGIN) than DDP's default layout, which then runs
     aiacc step-sync   aiacc's plan without forward_module (what a Horovod user's code gets unchanged)
     aiacc per-layer   (--per-layer) per-layer waits whatever the prediction (overlap_forward=True)
     aiacc engine, DDP N MB plan  (--same-plan) aiacc's engine running DDP's own bucketing (N = 25 and the sweep's
@@ -327,8 +328,9 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
         # made them ready, the order DDP rebuilds its buckets in after its first step): engine against engine
         for cap in (25,) + ((ddp_best_mb,) if ddp_best_mb not in (None, 25) else ()):
             m, _, f = build(name, rank)
+            # (strategies.ddp_layout: the same layout the planner's DDP-default guard falls back to)
             opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
-                                           plan=strategies.ddp(spec, bucket_cap=cap * MB))
+                                           plan=strategies.ddp_layout(spec, cap))
             out[f"aiacc engine, DDP {cap} MB plan"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step, opt)
     if per_layer:  # per-layer waits whatever the prediction (overlap_forward=True)
         m, _, f = build(name, rank)
@@ -570,6 +572,11 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                            "lower_bound_no_contention": lb0, "param_diff": diff, **steady,
                            "buckets": len(plan.buckets) if plan is not None else 0,
                            "sync": plan.params.get("sync") if plan is not None else None,
+                           # an aiacc row that runs DDP's default layout (the planner's guard: its plan was
+                           # not predicted clearly faster than that layout), and its predicted speedup over it
+                           "ddp_default": bool(plan is not None and label.startswith("aiacc")
+                                               and plan.params.get("ddp_default")),
+                           "vs_ddp_default": plan.params.get("vs_ddp_default") if plan is not None else None,
                            "notes": plan.notes if plan is not None else ""}
         report["models"][name] = {"params": sum(p.numel() for p in model.parameters()),
                                   "tensors": len(list(model.parameters())), "compute_s": spec.forward_s + spec.backward_s,
@@ -656,7 +663,8 @@ def table(reports: dict[str, dict]):
                 med = statistics.median(r["times"])
                 q = statistics.quantiles(r["times"], n=4) if len(r["times"]) > 1 else [med, med, med]
                 t.add_row(rate, f"{name} ({m['params'] / 1e6:.1f} M)", label + (" *" if r.get("notes") else ""),
-                          (str(r.get("buckets", "")) + (" per-layer" if r.get("sync") == "layer" else ""))
+                          (str(r.get("buckets", "")) + (" per-layer" if r.get("sync") == "layer" else "")
+                           + (" DDP layout" if r.get("ddp_default") else ""))
                           if r.get("buckets") else "", f"{med * 1e3:.0f}",
                           f"{q[0] * 1e3:.0f}-{q[2] * 1e3:.0f}", f"{ddp / med:.2f}x",
                           # the median over rounds of DDP 25 MB's block / this candidate's block of the same

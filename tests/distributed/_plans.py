@@ -35,3 +35,27 @@ def one_gradient_two_pieces_plan(named):
     plan = Plan("two-pieces", tuple(buckets))
     plan.validate(spec)
     return plan
+
+
+def guard_cluster(rate: float):
+    """2 nodes whose all-reduce of n bytes took 0.2 ms + n / `rate` (measured-looking samples, so the
+    planner's margins apply)."""
+    from aiacc.core.comm import ClusterSpec
+
+    sizes = (4, 1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)
+    return ClusterSpec(2, 1, rate, allreduce_samples=tuple((float(b), 2e-4 + b / rate) for b in sizes))
+
+
+def ddp_default_fallback_plan(named):
+    """The plan the planner's DDP-default guard (`planning.keep_or_ddp_default`) runs for these parameters
+    where another plan (here one all-reduce per gradient) is predicted no faster than DDP's default layout
+    (a compute-bound step on a fast link): DDP's 25 MB layout with the guard's params (fallback, sync)."""
+    from aiacc.core.comm import strategies
+    from aiacc.distributed.planning import keep_or_ddp_default
+
+    entries = [(n, tuple(p.shape), p.dtype) for n, p in named]
+    spec = gradient_specs_from_params(entries, forward_s=1e-2, backward_s=2e-2)  # compute-bound on 16 Gbit/s
+    other = strategies.per_tensor(spec)
+    plan = keep_or_ddp_default(spec, guard_cluster(2e9), other)
+    assert plan.params["fallback"] and plan.buckets == strategies.ddp_layout(spec).buckets != other.buckets
+    return plan

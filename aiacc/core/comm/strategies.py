@@ -180,15 +180,28 @@ def _required_gain(step_s: float, latency_s: float, margin: float, banked_s: flo
     return max(margin * step_s, latency_s, banked_s)
 
 
+def ddp_layout(model: ModelSpec, cap_mb: float = DDP_DEFAULT_MB, compression: str = "none") -> Plan:
+    """DDP's bucketing of `model`'s gradients (`ddp`: buckets of `cap_mb` MB, the first 1 MB, gradients in
+    the order the spec's backward makes them ready, the order DDP rebuilds its buckets in after its first
+    step) as an "aiacc" plan whose params say where it comes from ({"from": "ddp", "bucket_cap": ...}):
+    the layout the planner falls back to (`safe_family`, planning's DDP-default guard) and the one
+    benchmarks/dp.py --same-plan runs on aiacc's engine, built here once for all of them."""
+    p = ddp(model, bucket_cap=int(cap_mb * MB), compression=compression)
+    return Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params})
+
+
+def is_ddp_default(plan: Plan, model: ModelSpec) -> bool:
+    """Whether `plan` runs DDP's default bucketing of `model` (`ddp_layout`'s buckets, whatever its params
+    say: a plan refined from that layout keeps its params but not its buckets)."""
+    return plan.buckets == ddp_layout(model, DDP_DEFAULT_MB, plan.compression).buckets
+
+
 def safe_family(model: ModelSpec, cluster: ClusterSpec | None = None, compression: str = "none") -> list[Plan]:
     """The plans a fallback may run instead of aiacc's own (as "aiacc" plans whose params say where
-    they come from): DDP's bucketing at every cap of DDP_SWEEP_MB, and Horovod's 64 MB fusion after
-    backward (`after_backward`: where contention makes overlap with backward cost more than it hides,
-    no overlap is the safe plan)."""
-    out = []
-    for cap in DDP_SWEEP_MB:
-        p = ddp(model, cluster, bucket_cap=cap * MB, compression=compression)
-        out.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params}))
+    they come from): DDP's bucketing at every cap of DDP_SWEEP_MB (`ddp_layout`), and Horovod's 64 MB
+    fusion after backward (`after_backward`: where contention makes overlap with backward cost more
+    than it hides, no overlap is the safe plan)."""
+    out = [ddp_layout(model, cap, compression) for cap in DDP_SWEEP_MB]
     p = after_backward(model, cluster, threshold=HOROVOD_MB * MB, compression=compression)
     out.append(Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "horovod", **p.params}))
     return out
@@ -288,7 +301,8 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
         # the predicted gain is within the margin, one message's latency or the link's banked idle time:
         # about the model's own error where overlap may not happen as simulated (on one core per rank
         # gloo's thread competes with backward; a token bucket makes up for idle wire time)
-        if results[d].iteration_s - best_res.iteration_s <= need and k != d:
+        # (also where the winner was refined from that safe plan itself: its refinement needs the margin too)
+        if results[d].iteration_s - best_res.iteration_s <= need and best.buckets != candidates[d].buckets:
             gain = 1 - best_res.iteration_s / results[d].iteration_s
             p = candidates[d]
             is_default = p.params.get("bucket_cap") == DDP_DEFAULT_MB * MB
@@ -355,6 +369,7 @@ def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult
     """Hill-climb on the simulated iteration time: take the best neighbouring plan (`_moves`) while it
     helps, at most `rounds` times."""
     layer_of = {g.name: i for i, l in enumerate(model.layers) for g in l.grads}
+    start = plan
     for _ in range(rounds):
         best = None
         for m in _moves(list(plan.buckets), layer_of):
@@ -365,6 +380,8 @@ def refine(model: ModelSpec, cluster: ClusterSpec, plan: Plan, result: SimResult
         if best is None:
             break
         plan, result = best
+    if plan is not start:  # its buckets are no longer those its params describe (e.g. DDP's at some cap)
+        plan = dataclasses.replace(plan, params={**plan.params, "refined": True})
     return plan, result
 
 

@@ -46,7 +46,7 @@ def configs():
         spec = gradient_specs_from_params([(n, p.shape, p.dtype) for n, p in named])
         return strategies.bytescheduler(spec, partition=40)  # 10-element partitions, priority order
 
-    from tests.distributed._plans import cut_in_bucket_plan, one_gradient_two_pieces_plan
+    from tests.distributed._plans import cut_in_bucket_plan, ddp_default_fallback_plan, one_gradient_two_pieces_plan
 
     # the last three are the shapes that once left buckets unreduced or reduced half-filled (issue 14):
     # several pieces of one gradient in one bucket, buckets spanning layers, and the same in fp16
@@ -54,7 +54,9 @@ def configs():
             ("per-tensor", lambda named: "per-tensor", "none"), ("partitioned", partitioned, "none"),
             ("fp16", lambda named: "aiacc", "fp16"),
             ("cut-in-bucket", cut_in_bucket_plan, "none"), ("two-pieces", one_gradient_two_pieces_plan, "none"),
-            ("cut-in-bucket-fp16", lambda named: cut_in_bucket_plan(named, compression="fp16"), "fp16")]
+            ("cut-in-bucket-fp16", lambda named: cut_in_bucket_plan(named, compression="fp16"), "fp16"),
+            # what the planner's DDP-default guard runs where aiacc's plan is not predicted clearly faster
+            ("ddp-default-fallback", ddp_default_fallback_plan, "none")]
 
 
 def worker(mode, out):
@@ -174,7 +176,7 @@ def trained(tmp_path_factory):
 
 
 def test_two_ranks_match_single_process_training(trained):
-    _check_training(trained, whole=("aiacc", "ddp", "per-tensor", "fp16"))
+    _check_training(trained, whole=("aiacc", "ddp", "per-tensor", "fp16", "ddp-default-fallback"))
 
 
 def _check_training(ranks, whole):
