@@ -519,7 +519,8 @@ def keep_or_ddp_default(spec: ModelSpec, cluster: ClusterSpec, plan: Plan, syncs
     gradients ready; what benchmarks/dp.py --same-plan runs) waiting for everything before the update as
     DDP does: faster by `margin` of that layout's step (and one message's latency, and the link's banked
     idle time: `clearly_faster`) at the point estimate of the compute slowdown and no slower anywhere on
-    its pooled range; else that layout, step-synchronized. Either way the params say which ran
+    its pooled range; else that layout, step-synchronized as DDP runs it (where `syncs` is one wait the
+    caller asked for, with that wait, and judged with it). Either way the params say which ran
     ("ddp_default": True for DDP's layout, "fallback": True where it replaced aiacc's plan) and the
     predicted speedup of `plan` over the layout ("vs_ddp_default"); the notes of a replaced plan say by how
     much it was predicted faster. `syncs`: the waits the choice was made among (DDP's layout is predicted
@@ -538,7 +539,9 @@ def keep_or_ddp_default(spec: ModelSpec, cluster: ClusterSpec, plan: Plan, syncs
     def steps(p: Plan, s: str) -> np.ndarray:
         return np.array([simulate(spec, with_slowdown(cluster, cs), p, cost, validate=False, sync=s).iteration_s
                          for cs in grid])
-    mine, theirs = steps(plan, sync), steps(default, "step")
+    # DDP's layout waits as DDP does (one synchronize) where the wait was chosen ("auto"), else as asked
+    fb_sync = syncs[0] if len(syncs) == 1 else "step"
+    mine, theirs = steps(plan, sync), steps(default, fb_sync)
     speedup = float(theirs[point] / mine[point])
     if clearly_faster(mine, theirs, point, cluster, margin):
         return dataclasses.replace(plan, params={**plan.params, "vs_ddp_default": speedup})
@@ -550,10 +553,10 @@ def keep_or_ddp_default(spec: ModelSpec, cluster: ClusterSpec, plan: Plan, syncs
                f"{(1 - mine / theirs).min():+.1%} at worst over {grid[0]:.2f}-{grid[-1]:.2f}")
             + f", not the {margin:.0%} (or one message's latency, or the link's banked idle time) that the "
               f"simulator's error on such comparisons asks for")
-    predicted = {s: float(theirs[point]) if s == "step" else simulate(spec, cluster, default, cost, validate=False,
-                                                                       sync=s).iteration_s for s in syncs}
+    predicted = {s: float(theirs[point]) if s == fb_sync else simulate(spec, cluster, default, cost, validate=False,
+                                                                        sync=s).iteration_s for s in syncs}
     return dataclasses.replace(default, notes=note, params={**default.params, "fallback": True, "ddp_default": True,
-                                                            "vs_ddp_default": 1.0, "sync": "step",
+                                                            "vs_ddp_default": 1.0, "sync": fb_sync,
                                                             "predicted": predicted, "replaced": {
                                                                 "buckets": len(plan.buckets), "sync": sync,
                                                                 "speedup": speedup}})

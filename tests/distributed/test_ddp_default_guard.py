@@ -52,6 +52,10 @@ def test_choose_plan_runs_ddps_layout_where_aiacc_is_predicted_faster_but_within
         assert p.params["replaced"]["speedup"] == pytest.approx(1 / (1 - gain), rel=1e-6)
         assert p.params["predicted"]["step"] == pytest.approx(_predicted(spec, c, default))
     assert set(choose_plan(spec, c, "aiacc", sync="auto").params["predicted"]) == {"step", "layer"}
+    # per-layer waits asked for (overlap_forward=True): DDP's layout runs with them, and is judged with them
+    p = choose_plan(spec, c, "aiacc", sync="layer")
+    assert p.buckets == default.buckets and p.params["sync"] == "layer"
+    assert p.params["predicted"] == {"layer": pytest.approx(_predicted(spec, c, default, "layer"))}
 
 
 def test_choose_plan_keeps_aiacc_plan_where_predicted_clearly_faster():
