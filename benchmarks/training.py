@@ -1,12 +1,15 @@
 """Training-step benchmark: one step (forward, backward, optimizer update) of a ResNet-style CNN and a
 BERT-style encoder (aiacc.zoo), per framework, for the original, the framework's best paths and aiacc's
-mode="train" model. Times are interleaved in one process (medians, ratio = original / path); the peak
+mode="train" model. Times are interleaved in one process (medians, ratio = original / path, the original
+being the issue's: eager torch, Keras' fit step, imperative Gluon); the peak
 memory of each path is measured in a fresh subprocess per path (Linux: the process's peak resident set,
 VmHWM, reset through /proc/self/clear_refs after building and one warm-up step, so it is the step's own
 peak: activations, gradients, optimizer state and the framework's workspace, native allocations included).
 
     torch   eager | torch.compile | aiacc.optimize(mode="train")
     tf      Keras eager step | tf.function step | tf.function(jit_compile=True) | aiacc in each of the three
+            | Keras fit step (train_on_batch, compile's jit_compile='auto': no XLA on a CPU) | the same with
+            jit_compile=True | aiacc's fit step (jit_compile='auto': aiacc's measured fit choice, XLA or not)
     mxnet   Gluon imperative | hybridize(static_alloc, static_shape) | aiacc (SymbolBlock)
 
 aiacc's train mode measures at optimize time whether the framework's own compiler (torch.compile, XLA,
@@ -158,14 +161,42 @@ def tf_paths(framework, model_name, batch, args) -> dict:
             return (lambda: s(xt)), chosen(fast)
         return make
 
+    def fit_step(model, x, jit_compile):
+        # Keras' own train step (model.fit's, one batch): the mean-square loss as "mse" against zeros
+        import keras
+
+        model.compile(keras.optimizers.SGD(1e-3), loss="mse", jit_compile=jit_compile)
+        outs = tf.nest.flatten(model(tf.constant(x), training=False))
+        y = [np.zeros(o.shape, o.dtype.as_numpy_dtype) for o in outs]
+        y = y[0] if len(y) == 1 else y
+        return lambda: model.train_on_batch(x, y)
+
+    def original_fit(jit_compile):
+        def make():
+            m, x = build(framework, model_name, batch, args)
+            return fit_step(m, x, jit_compile), ""
+        return make
+
+    def optimized_fit():
+        optimized(None)()  # builds the shared aiacc model
+        fast, x = built["fast"]
+        step = fit_step(fast, x, "auto")  # aiacc's measured fit choice resolves "auto"
+        fit = getattr(fast, "aiacc_fit_choice", None)
+        if fit is not None:
+            print(f"{framework} {model_name} b{batch} aiacc fit choice: {fit.summary()}", flush=True)
+        return step, chosen(fast) + f"; fit {'XLA' if fast.jit_compile else 'tf.function'}"
+
     paths = {"original (eager)": original(None), "tf.function": original(False), "tf.function XLA": original(True),
              "aiacc (eager loop)": optimized(None), "aiacc in tf.function": optimized(False),
-             "aiacc in XLA": optimized(True)}
+             "aiacc in XLA": optimized(True), FIT: original_fit("auto"), "Keras fit step XLA": original_fit(True),
+             "aiacc fit step": optimized_fit}
     if args.no_xla:  # the table says they were left out
         paths = {k: (SKIPPED if "XLA" in k else v) for k, v in paths.items()}
     return paths
 
 
+# TF's original in the issue's sense: Keras' fit step (compile's jit_compile='auto': no XLA on a CPU)
+FIT = "Keras fit step"
 # a path left out by an option: the table prints it as skipped, with the reason
 SKIPPED = "skipped: --no-xla (XLA's compile of this model is minutes on this machine)"
 
@@ -266,7 +297,8 @@ def child(spec: str, args) -> int:
 def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str], note: str) -> dict | None:
     """The child's figures for one path, or None (printed to stderr) when it failed."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", f"{fw}:{model}:{batch}:{path}"]
-    if note:  # an aiacc path: the child uses the timing run's choice instead of measuring again
+    if note and path != "aiacc fit step":  # an aiacc path: the child uses the timing run's choice instead of
+        # measuring again (the fit row measures again: its XLA choice is not pinned by the step's name)
         cmd += ["--child-compile", note]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     for line in reversed(r.stdout.strip().splitlines()):
@@ -276,13 +308,20 @@ def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str], not
     return None
 
 
+def reference(names: list) -> str:
+    """The original the issue's ratios are taken against: Keras' fit step for TF (where the row exists),
+    else the first path (eager torch, imperative Gluon)."""
+    return FIT if FIT in names else names[0]
+
+
 def summary(fw: str, model: str, batch: int, ms: dict) -> str:
     """One line per row of the issue's table: each aiacc path against the original (the first path) and
     against the fastest of the framework's own paths (the others not named aiacc)."""
     names = list(ms)
-    peers = [k for k in names[1:] if not k.startswith("aiacc")]
-    best = min(peers, key=ms.get) if peers else names[0]
-    parts = [f"{k} {ms[k]:.1f} ms: {ms[k] / ms[names[0]]:.2f} of {names[0]}, {ms[k] / ms[best]:.2f} of {best}"
+    first = reference(names)
+    peers = [k for k in names if k != first and not k.startswith("aiacc") and k != names[0]]
+    best = min(peers, key=ms.get) if peers else first
+    parts = [f"{k} {ms[k]:.1f} ms: {ms[k] / ms[first]:.2f} of {first}, {ms[k] / ms[best]:.2f} of {best}"
              for k in names if k.startswith("aiacc")]
     return f"summary {fw} {model} b{batch}: " + "; ".join(parts)
 
@@ -330,7 +369,7 @@ def main(argv=None) -> int:
                 notes = {k: v[1] for k, v in built.items()}
                 del built
                 gc.collect()
-                base = median_ms(next(iter(times.values())))
+                base = median_ms(times[reference(list(times))])
                 for path, ts in times.items():
                     ms = median_ms(ts)
                     mem = None if args.no_memory else peak_memory(fw, model, batch, path, shared, notes[path])

@@ -137,7 +137,7 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     tfm = tf()
     graph = model.aiacc_graph.__dict__["_obj"]
     variables = model._aiacc_variables.__dict__["_obj"]
-    if example_inputs is None and setting == "auto":
+    if example_inputs is None and setting in ("auto", FIT_XLA, FIT_GRAPH):
         return attach(model, TrainChoice("aiacc graph", reason="no example inputs to measure on"))
     given = [] if example_inputs is None else example_inputs
     xs = [tfm.constant(a) for a in (given if isinstance(given, (list, tuple)) else [given])]
@@ -174,8 +174,10 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     more = {} if original is None else {
         ORIGINAL_FUNCTION: lambda: original_step(original.__dict__["_obj"], jit_compile=False),
         ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
+    # a fit step candidate's name pins the fit choice (choose_fit); the step itself is then measured
+    step_setting = "auto" if setting in (FIT_XLA, FIT_GRAPH) else setting
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
-                            base, setting, "XLA (jit_compile=True)",
+                            base, step_setting, "XLA (jit_compile=True)",
                             # an embedding's gradient is IndexedSlices: compared dense
                             to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
                                                                   for g in r[1] if g is not None],
@@ -193,7 +195,84 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     if report is not None and choice.ms:
         report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
                                    choice.reason])
+    if hasattr(model, "_aiacc_fit_xla"):  # a Keras model: what model.fit compiles its step with
+        fit = choose_fit(chosen, xs, noisy, trainable, assigned, setting, random_ops)
+        model._aiacc_fit_xla = fit.path == FIT_XLA
+        model.aiacc_fit_choice = fit
+        if report is not None:
+            report.note("fit_step", [f"model.fit: {fit.path}", *(f"{k}: {v:.1f} ms" for k, v in fit.ms.items()),
+                                     fit.reason])
     return attach(model, choice)
+
+
+# the candidates of the fit step choice (choose_fit): the chosen step inlined into Keras' tf.function train
+# step as Keras runs it on a CPU (compile's jit_compile='auto' means False there), and the same whole step
+# (forward, backward and, in fit, the optimizer update) compiled as one XLA program
+FIT_GRAPH = "Keras fit step (tf.function)"
+FIT_XLA = "Keras fit step (tf.function) + XLA (jit_compile=True)"
+
+
+def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list, setting: Any,
+               random_ops: list) -> Any:
+    """The TrainChoice of what `model.fit` compiles the aiacc model's train step with: FIT_XLA when one XLA
+    program of the whole step (forward + backward, the chosen `step`'s Python body inlined) measures clearly
+    faster than the same step in a plain tf.function and its loss and gradients agree (train_choice.choose,
+    the rounding-noise floor from `noisy` inputs), else FIT_GRAPH. XLA of a nested step function (the step
+    choice's XLA candidates) compiles forward and backward as two programs and measured slower than Keras'
+    graph (resnet_small b8: 19.2 vs 16.4 ms); one program of the whole step measured 0.84x of it (benchmarks/
+    training.py), so only the caller's compile can win with XLA, and in fit aiacc is the caller.
+    framework_compile: True uses XLA unmeasured, False or another candidate's name pinned keeps FIT_GRAPH,
+    FIT_XLA pins it. The XLA compile time (its first step) is in the reason."""
+    import time
+
+    from aiacc.plugins import train_choice
+    from aiacc.plugins.train_choice import LOSS_DIFFERS, TrainChoice
+
+    tfm = tf()
+    if setting not in ("auto", True, FIT_XLA, FIT_GRAPH):
+        return TrainChoice(FIT_GRAPH, reason=f"framework_compile={setting!r}: the fit step is not measured")
+    if setting == FIT_GRAPH:
+        setting = False
+    compile_s: dict[str, float] = {}
+    body = getattr(step, "python_function", step)
+
+    def fit_step_of(kind: str, inputs: list = xs) -> Any:
+        @tfm.function(autograph=False, jit_compile=(kind == FIT_XLA) or None)
+        def run():
+            saved = [tfm.identity(v) for v in assigned]  # read before the step assigns (program order)
+            with tfm.GradientTape() as tape:
+                out = body(*inputs)
+                loss = tfm.add_n([tfm.reduce_mean(tfm.square(tfm.cast(o, tfm.float32)))
+                                  for o in tfm.nest.flatten(out) if o.dtype.is_floating])
+            grads = tape.gradient(loss, trainable)
+            for v, a in zip(assigned, saved):
+                v.assign(a)
+            return loss, grads
+
+        def timed():  # the first call traces and (XLA) compiles: its time is the compile's
+            if kind in compile_s:
+                return run()
+            t = time.perf_counter()
+            r = run()
+            compile_s[kind] = time.perf_counter() - t
+            return r
+        return timed
+
+    perturbed = fit_step_of(FIT_GRAPH, noisy) if any(x.dtype.is_floating for x in xs) else None
+    _, fit = train_choice.choose(FIT_GRAPH, lambda: FIT_XLA, fit_step_of, FIT_GRAPH, setting,
+                                 "XLA (jit_compile=True)",
+                                 to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
+                                                                       for g in r[1] if g is not None],
+                                 more={}, perturbed=perturbed)
+    if FIT_XLA in compile_s:
+        fit.reason += f"; XLA's compile of the step took {compile_s[FIT_XLA]:.1f} s (once, at optimize time)"
+    if random_ops and fit.refused(LOSS_DIFFERS, "XLA"):
+        fit.reason += (f"; XLA draws its own random numbers ({random_ops[0]}: other dropout masks than "
+                       f"TensorFlow's kernel from the same seed), so fit under XLA would not train as the "
+                       f"original does; compile(jit_compile=True) runs it anyway")
+    if fit.path == FIT_XLA:
+        fit.reason += "; model.fit compiles its step with jit_compile=True unless compile() is given jit_compile=False"
+    return fit
 
 
 # the candidates that run the original model's own forward in a tf.function, with and without XLA
@@ -242,6 +321,15 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
             self.original = inner
             self._aiacc_step = fn
 
+        def _resolve_auto_jit_compile(self):
+            # compile(jit_compile='auto') (Keras' default) and a fit without compile's say: XLA where aiacc's
+            # fit step choice measured it faster (choose_fit), else Keras' own rule (False on a CPU)
+            if self._aiacc_fit_xla:
+                from keras.src.trainers.trainer import model_supports_jit
+
+                return model_supports_jit(self)
+            return super()._resolve_auto_jit_compile()
+
         def call(self, inputs, training=None):
             if training is False:
                 return self.original(inputs, training=False)
@@ -250,6 +338,7 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
             return call_step(self._aiacc_step, inputs)
 
     model = AiaccTrainModel(original, step)
+    model._aiacc_fit_xla = False  # set by choose_step (choose_fit)
     model.built = True
     return model
 

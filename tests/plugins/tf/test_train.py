@@ -162,6 +162,55 @@ def test_fit_trains_the_original_variables():
     assert close(fast.predict(x, verbose=0), ref_model.predict(x, verbose=0), 1e-4)
 
 
+def fit_variables(model, x, y, steps=3, jit_compile="auto"):
+    """`steps` batches of model.fit (SGD, momentum; compile's jit_compile as given): the variables after."""
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), jit_compile=jit_compile,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=len(x) // steps, epochs=1, shuffle=False, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("setting", [True, "Keras fit step (tf.function) + XLA (jit_compile=True)"])
+def test_fit_step_under_xla_is_built_and_trains_as_keras_does(setting):
+    """The fit step choice (choose_fit) forced to XLA: compile()'s default jit_compile='auto' resolves to
+    True, so model.fit runs one XLA program of the whole step, and three fit steps end with the parameters
+    and BatchNorm statistics Keras' own fit (no XLA) gives, within 1e-5; compile(jit_compile=False) is
+    still obeyed."""
+    from aiacc.plugins.tf.training import FIT_XLA
+
+    x, y = data(n=12)
+    ref = fit_variables(cnn(seed=4), x, y, jit_compile=False)
+    m = cnn(seed=4)
+    fast = aiacc.optimize(m, x[:4], mode="train", framework_compile=setting)
+    assert fast.aiacc_fit_choice.path == FIT_XLA
+    fit_variables(fast, x, y)
+    assert fast.jit_compile is True and fast.train_function is not None
+    for a, b in zip(ref.variables, m.variables):
+        assert close(a.numpy(), b.numpy()), (a.path, float(np.max(np.abs(a.numpy() - b.numpy()))))
+    other = aiacc.optimize(cnn(seed=4), x[:4], mode="train", framework_compile=setting)
+    assert fit_variables(other, x, y, jit_compile=False).jit_compile is False
+
+
+def test_fit_step_choice_measures_xla_and_says_it():
+    """framework_compile='auto': the fit step is measured in a plain tf.function and as one XLA program
+    (both times in the choice and the pass report's fit_step note, the XLA compile time in the reason);
+    False measures nothing and leaves fit as Keras runs it (no XLA on a CPU)."""
+    from aiacc.plugins.tf.training import FIT_GRAPH, FIT_XLA
+
+    x, y = data(n=12)
+    fast = aiacc.optimize(cnn(seed=4), x[:4], mode="train")
+    fit = fast.aiacc_fit_choice
+    assert set(fit.ms) == {FIT_GRAPH, FIT_XLA} and fit.path in (FIT_GRAPH, FIT_XLA)
+    assert "XLA's compile of the step took" in fit.reason
+    notes = fast.aiacc_report["fit_step"].notes
+    assert notes[0] == f"model.fit: {fit.path}" and len(notes) == 4
+    fit_variables(fast, x, y)
+    assert fast.jit_compile is (fit.path == FIT_XLA)
+    off = aiacc.optimize(cnn(seed=4), x[:4], mode="train", framework_compile=False)
+    assert off.aiacc_fit_choice.path == FIT_GRAPH and not off.aiacc_fit_choice.ms
+    assert fit_variables(off, x, y).jit_compile is False
+
+
 def test_tf_module_trains_its_variables():
     class Net(tf.Module):
         def __init__(self):
