@@ -215,3 +215,93 @@ def test_masked_fill_with_a_tensor_value_trains():
         grads.append((dict(m.named_parameters())["w"].grad.clone(), x.grad.clone()))
     for a, b in zip(*grads):
         assert_close_rel(a, b, 1e-5)
+
+
+class _ReadsMemory(nn.Module):
+    """as_strided on the input itself: overlapping windows of its storage."""
+
+    def forward(self, x):
+        return x.as_strided((3, 2, 4), (4, 4, 1)) * 2
+
+
+class _ReadsAfterLinear(nn.Module):
+    """as_strided on a Linear's output: a fresh contiguous tensor whatever the input's layout."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        s = y.stride()
+        return y.as_strided((3, 2, 4), (s[0] // 2, s[1], s[2]))
+
+
+def _layouts():
+    base = torch.randn(4, 2, 4, generator=torch.Generator().manual_seed(1))
+    return {"contiguous": base.clone(),
+            "permuted": base.permute(2, 0, 1).contiguous().permute(1, 2, 0)}  # same values, other memory order
+
+
+@pytest.mark.parametrize("frontend,backend", [("fx", "native"), ("export", "native"), ("fx", "onnxruntime")])
+@pytest.mark.parametrize("example", ["contiguous", "permuted"])
+def test_as_strided_is_guarded_to_the_examples_memory_layout(example, frontend, backend):
+    """as_strided reads memory: the optimized model equals the original on an input of the example's layout
+    and raises GuardError naming the input and the as_strided on one of another layout (same values: the
+    original gives another answer there, which the Gather built for the example's layout would not)."""
+    from aiacc.errors import GuardError
+
+    model, layouts = _ReadsMemory().eval(), _layouts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, (layouts[example],), frontend=frontend)
+        assert [n.op for n in graph if n.is_opaque] == []
+        fast = aiacc.optimize(model, (layouts[example],), frontend=frontend, backend=backend)
+    other = next(k for k in layouts if k != example)
+    with torch.no_grad():
+        same = layouts[example] * 1.5
+        same = torch.empty_strided(same.shape, layouts[example].stride()).copy_(same)  # a fresh input, same layout
+        assert_close_rel(model(same), fast(same), 1e-6)
+        assert not torch.allclose(model(layouts[other]), model(layouts[example]))  # torch's answer does change
+        with pytest.raises(GuardError, match=r"input 'x' .* has strides .*as_strided \(node"):
+            fast(layouts[other])
+
+
+def test_as_strided_of_a_fresh_tensor_takes_any_input_layout():
+    """Through a Linear (its output is allocated contiguous) the input's layout does not reach the as_strided:
+    no guard, and an input of another layout than the example's is answered right."""
+    torch.manual_seed(0)
+    model, layouts = _ReadsAfterLinear().eval(), _layouts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = aiacc.trace(model, (layouts["contiguous"],))
+        fast = aiacc.optimize(model, (layouts["contiguous"],))
+    assert not graph.meta.get("torch.layout_guards")
+    with torch.no_grad():
+        for x in layouts.values():
+            assert_close_rel(model(x), fast(x), 1e-6)
+
+
+class _AbsoluteOffset(nn.Module):
+    def forward(self, x):
+        return torch.as_strided(x, (2, 3), (3, 1), storage_offset=3) + 1  # rows 1-2 of a contiguous (4, 3) x
+
+
+def test_as_strided_with_a_storage_offset_guards_the_inputs_offset():
+    """An absolute storage_offset reads relative to the storage, not the tensor: a view of a larger tensor
+    (same shape and strides, another offset) is refused, a plain tensor is answered right."""
+    from aiacc.errors import GuardError
+
+    model = _AbsoluteOffset().eval()
+    x = torch.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, (x,))
+    fresh = torch.randn(4, 3)
+    with torch.no_grad():
+        assert_close_rel(model(fresh), fast(fresh), 1e-6)
+        view = torch.randn(5, 3)[1:]
+        assert view.stride() == fresh.stride() and not torch.allclose(model(view), model(view.clone()))
+        with pytest.raises(GuardError, match="storage offset 3; the model was optimized for strides .* storage "
+                                             "offset 0"):
+            fast(view)

@@ -32,6 +32,7 @@ from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath
 from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
 from aiacc.plugins.torch.source_watch import watch
+from aiacc.plugins.torch import layout_guard
 
 # qualified op ("Conv", "aiacc::FusedConv") -> lowering(builder, lnode) -> fx value(s); filled by the modules of
 # aiacc.plugins.torch.export_ops (the plugin imports them; this module never does)
@@ -327,6 +328,11 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
             if leaf_name is not None and leaf_name in by_name:
                 b.env[id(by_name[leaf_name])] = b.call(operator.getitem, leaves, i)
                 b.first_input = b.env[id(by_name[leaf_name])] if b.first_input is None else b.first_input
+    # inputs an as_strided reads the memory of: each call's must have the example's layout (layout_guard)
+    for name, g in graph.meta.get(layout_guard.META, {}).items():
+        if name in by_name and id(by_name[name]) in b.env:
+            b.call(layout_guard.check_layout, b.env[id(by_name[name])], g["shape"], g["stride"], g["offset"],
+                   g["what"], name)
     fusions = plan_fusions(graph, inference=b.inference)
     for node in graph:
         if id(node) in fusions.skip:

@@ -29,6 +29,7 @@ class RunnerModule(nn.Module):
         self.signature = graph.meta.get("torch.signature") or [("input", v.name, [v.name], None)
                                                                 for v in graph.inputs]
         self.outputs = graph.meta.get("torch.outputs")
+        self.layouts = graph.meta.get("torch.layout_guards") or {}  # see layout_guard
         # parameters that are one tensor graph input each, in order: a call passing exactly those, as
         # tensors, is bound without building an inspect.Signature (~0.3 ms of a 10 ms BERT call)
         entries = [e for e in self.signature if not (e[1].startswith("**") and not e[2])]  # an unused **kwargs
@@ -37,7 +38,16 @@ class RunnerModule(nn.Module):
         self._direct = {e[1]: e[2][0] for e in entries} if plain else None
 
     def input_leaves(self, args: tuple, kwargs: dict) -> list:
-        """(tensor, graph input name) for each tensor of the call that is a graph input."""
+        """(tensor, graph input name) for each tensor of the call that is a graph input; an input whose memory
+        layout an as_strided depends on is checked to have the example's (layout_guard)."""
+        pairs = self._input_leaves(args, kwargs)
+        if self.layouts:
+            from aiacc.plugins.torch.layout_guard import check_pairs
+
+            check_pairs(self.layouts, pairs)
+        return pairs
+
+    def _input_leaves(self, args: tuple, kwargs: dict) -> list:
         from aiacc.plugins.torch.importer import bind_inputs
 
         direct = self._direct

@@ -515,10 +515,11 @@ def _stride(imp, x, dim=None):
 def as_strided(imp, x, size, stride, storage_offset=None):
     """x.as_strided(size, stride, storage_offset) (Longformer's overlapping attention chunks): element
     [j0, j1, ...] is the storage element at storage_offset + sum(j_k * stride_k). The IR holds values, not
-    memory, so the storage is read through x's own layout on the example (its strides and offset, which the
-    ops before it fix for given shapes): each storage position is mapped back to the element of x that holds
-    it, and the result is one Gather of the flat x with that constant index array (one int64 per output
-    element). A position no element of x holds (storage of a larger tensor x is a view of), or an x whose
+    memory, so the storage is read through x's own layout on the example (its strides and offset): each
+    storage position is mapped back to the element of x that holds it, and the result is one Gather of the
+    flat x with that constant index array (one int64 per output element). x's layout follows the model
+    inputs it is computed from, so those keep the example's layout (layout_guard: GuardError on a call that
+    changes it). A position no element of x holds (storage of a larger tensor x is a view of), or an x whose
     elements overlap in memory (an expanded tensor), has no such meaning: Untranslatable."""
     x = tensor(x)
     size, stride, storage_offset = torch.utils._pytree.tree_map(_known_int, (size, stride, storage_offset))
@@ -541,6 +542,10 @@ def as_strided(imp, x, size, stride, storage_offset=None):
         raise Untranslatable("as_strided of a tensor whose elements share memory (an expanded tensor)")
     if wanted.min() < 0 or wanted.max() >= owner.size or (owner[wanted] < 0).any():
         raise Untranslatable("as_strided reads storage outside the tensor's own elements")
+    # the index holds for the example's layout: a model input that layout follows is guarded to keep it
+    from aiacc.plugins.torch import layout_guard
+
+    layout_guard.record(imp, imp.current.args[0], storage_offset is not None, imp.current.name)
     flat = imp.op("Reshape", x, imp.ints([-1]))
     return imp.op("Gather", flat, imp.const(owner[wanted]), axis=0)
 
