@@ -305,3 +305,25 @@ def test_as_strided_with_a_storage_offset_guards_the_inputs_offset():
         with pytest.raises(GuardError, match="storage offset 3; the model was optimized for strides .* storage "
                                              "offset 0"):
             fast(view)
+
+
+class _EveryOtherRow(nn.Module):
+    def forward(self, x):
+        return x.as_strided((2, 4), (8, 2)) - 1  # reads storage rows 0 and 1 of a view with gaps
+
+
+@pytest.mark.parametrize("case", ["gaps", "offset"])
+def test_as_strided_of_an_example_view_reads_the_views_own_layout(case):
+    """An example that is a view with gaps (x[:, ::2]) or at a storage offset (x[1:]) is traced in that layout
+    (the example run's copies keep it; clone() would lay it out densely at offset 0 and the guard would then
+    refuse the example itself): optimize verifies, and a fresh input of the same layout is answered right."""
+    model = _EveryOtherRow().eval() if case == "gaps" else _AbsoluteOffset().eval()
+
+    def feed():
+        return torch.randn(4, 8)[:, ::2] if case == "gaps" else torch.randn(5, 3)[1:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = aiacc.optimize(model, (feed(),))
+    with torch.no_grad():
+        fresh = feed()
+        assert_close_rel(model(fresh), fast(fresh), 1e-6)

@@ -142,6 +142,21 @@ def bind_inputs(signature: list, args: tuple, kwargs: dict) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
+def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` with its strides and storage offset: clone() lays a view with gaps out densely and drops
+    the offset, while what an as_strided of the model reads (its converter, layout_guard) is the example's own
+    layout. clone() where it keeps both, and for a tensor whose elements overlap (no copy can keep that)."""
+    c = t.clone()
+    if c.stride() == t.stride() and t.storage_offset() == 0 or t.numel() == 0 or \
+            any(st == 0 and d > 1 for d, st in zip(t.shape, t.stride())):
+        return c
+    extent = t.storage_offset() + sum((d - 1) * st for d, st in zip(t.shape, t.stride())) + 1
+    out = torch.empty(extent, dtype=t.dtype, device=t.device).as_strided(t.shape, t.stride(), t.storage_offset())
+    with torch.no_grad():
+        out.copy_(t)
+    return out.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else out
+
+
 def _has_tensor(x: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(x))
 
@@ -290,7 +305,8 @@ class Importer:
         names = self._placeholder_names(gm)
         # clones: an in-place op of the model on its inputs must not change the caller's example tensors
         feed = {n: concrete[names[n]] if names[n] in concrete else
-                pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, bound.arguments[names[n]])
+                pytree.tree_map(lambda t: _same_layout_copy(t) if isinstance(t, torch.Tensor) else t,
+                                bound.arguments[names[n]])
                 for n in gm.graph.nodes if n.op == "placeholder"}
         runner = _ExampleRun(gm, feed)
         try:
