@@ -17,6 +17,7 @@ plugin adds its own explanation without reading the reason's text.
 from __future__ import annotations
 
 import statistics
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -43,11 +44,17 @@ NOISE_EPS, NOISE_FACTOR, NOISE_CAP = 2.0 ** -17, 2.0, 0.1
 # ratio to the kept step is undecided (see decide): comparing medians of 5 steps, a shared machine's load
 # spikes flipped a close call between runs
 MAX_ROUNDS, MAX_SECONDS = 11, 20.0
+# building the alternatives and their first steps (where a compiler compiles: torch.compile of a ResNet-18
+# training step is ~13 s on 2 cores) may take this long in all; alternatives not started by then are left
+# out (SKIPPED), so optimize's time stays bounded however many compiled candidates a plugin offers
+MAX_BUILD_SECONDS = 90.0
 
 
 # why a candidate was left out (TrainChoice.left_out): it raised while building or running; its first step's
 # loss differed from aiacc's own step's; a gradient (or the number or shape of the results) differed
 FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS = "failed", "loss differs", "gradient differs"
+# left out unbuilt: the build budget (MAX_BUILD_SECONDS) was spent on the alternatives before it
+SKIPPED = "build budget spent"
 
 
 @dataclass
@@ -92,8 +99,11 @@ class TrainChoice:
     path: str  # the candidate chosen ("aiacc graph", "aiacc graph + torch.compile", ...)
     ms: dict[str, float] = field(default_factory=dict)  # median step milliseconds per candidate measured
     reason: str = ""
-    # the candidates left out, each with its code (FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS); the reason says more
+    # the candidates left out, each with its code (FAILED, LOSS_DIFFERS, GRADIENT_DIFFERS, SKIPPED); the reason
+    # says more
     left_out: dict[str, str] = field(default_factory=dict)
+    # seconds each alternative took to build and run its first step (a compiler's compile time)
+    build_s: dict[str, float] = field(default_factory=dict)
 
     def refused(self, code: str, name_contains: str = "") -> list[str]:
         """The candidates left out with `code` whose name contains `name_contains`."""
@@ -221,11 +231,19 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             floor = noise_floor(to_arrays(warm[base]), to_arrays(perturbed()))
         except Exception as e:  # noqa: BLE001 - without a floor the GRAD_RTOL rule alone applies
             reasons.append(f"no rounding-noise floor ({describe(e, 120)})")
+    build_s: dict[str, float] = {}
     for name, make in makers.items():
+        if sum(build_s.values()) > MAX_BUILD_SECONDS:
+            left_out[name] = SKIPPED
+            reasons.append(f"{name} not built: the alternatives before it took {sum(build_s.values()):.0f} s to "
+                           f"build (MAX_BUILD_SECONDS {MAX_BUILD_SECONDS:.0f})")
+            continue
+        start = time.perf_counter()
         try:
             model = make()
             step = step_of(model)
             result = step()  # warm-up: the compiler compiles here
+            build_s[name] = time.perf_counter() - start
             code, problem = compare(to_arrays(warm[base]), to_arrays(result), floor=floor) if to_arrays else ("", "")
             if problem:
                 left_out[name] = code
@@ -233,12 +251,16 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
             for _ in range(warmup - 1):
                 step()
         except Exception as e:  # noqa: BLE001 - the compiler refusing the graph leaves the others
+            build_s.setdefault(name, time.perf_counter() - start)
             left_out.setdefault(name, FAILED)
             warnings.warn(f"aiacc: mode='train' does not use {name}: it failed ({describe(e, 200)})",
                           AiaccNotice, stacklevel=3)
             reasons.append(f"{name} failed: {describe(e, 200)}")
             continue
         models[name], steps[name] = model, step
+    slow = {k: v for k, v in build_s.items() if v >= 1.0}  # compiles; a second or less is not worth saying
+    if slow:
+        reasons.append("built and first step in " + ", ".join(f"{k} {v:.1f} s" for k, v in slow.items()))
     keep = keep if keep in steps else base
     times = interleaved_times(steps, rounds, max_rounds=MAX_ROUNDS, max_seconds=MAX_SECONDS,
                               settled=lambda t: decide(t, keep).settled)
@@ -254,7 +276,7 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
                       f"{d.rounds} steps each; {measured}; framework_compile=False opts out)", AiaccNotice,
                       stacklevel=3)
         return models[best], TrainChoice(best, ms, "; ".join(reasons + [
-            f"measured faster by {1 / med:.2f}x than {keep} ({measured}), so aiacc runs it"]), left_out)
+            f"measured faster by {1 / med:.2f}x than {keep} ({measured}), so aiacc runs it"]), left_out, build_s)
     others = ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items() if k != keep)
     closest = min(d.ratios, key=lambda k: d.ratios[k][1]) if d.ratios else None
     measured = "" if closest is None else (
@@ -262,7 +284,8 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
         f"{d.ratios[closest][2]:.2f}) over {d.rounds} interleaved rounds"
         + ("" if d.settled else ", undecided at the cap: a tie keeps " + keep))
     return models[keep], TrainChoice(keep, ms, "; ".join(reasons + [
-        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[keep]:.1f} ms{measured})"]), left_out)
+        f"the alternatives measured no faster ({others or 'none ran'} vs {ms[keep]:.1f} ms{measured})"]), left_out,
+        build_s)
 
 
 def attach(model: Any, choice: TrainChoice) -> Any:

@@ -232,3 +232,34 @@ def test_the_choice_says_the_paired_ratio_and_the_rounds():
     assert chosen is fast and "paired ratio" in choice.reason and "interleaved rounds" in choice.reason
     (chosen, choice), said = run(Model(0.002), Model(0.02))
     assert "closest aiacc graph + the compiler: paired ratio" in choice.reason
+
+
+def test_alternatives_past_the_build_budget_are_left_out_and_build_times_are_kept(monkeypatch):
+    """Each alternative's build + first step (a compile) is timed into TrainChoice.build_s and, from a
+    second on, said in the reason; once those times pass MAX_BUILD_SECONDS the alternatives not yet built
+    are left out (SKIPPED, said), so a plugin offering several compiled candidates bounds optimize's time."""
+    from aiacc.plugins import train_choice
+
+    class Slow(Model):  # its first step "compiles" for 1.1 s
+        first = True
+
+    def slow_step_of(m):
+        step = step_of(m)
+
+        def run_():
+            if isinstance(m, Slow) and m.first:
+                m.first = False
+                time.sleep(1.1)
+            return step()
+        return run_
+
+    monkeypatch.setattr(train_choice, "MAX_BUILD_SECONDS", 1.0)
+    base = Model(0.002)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, choice = choose("aiacc graph", lambda: Slow(0.002), slow_step_of, base, "auto", "the compiler",
+                           rounds=3, to_arrays=lambda r: r, more={"later": lambda: Model(0.002)})
+    assert set(choice.build_s) == {"aiacc graph + the compiler"} and choice.build_s["aiacc graph + the compiler"] >= 1.1
+    assert choice.left_out == {"later": train_choice.SKIPPED} and "later" not in choice.ms
+    assert "later not built: the alternatives before it took 1 s" in choice.reason
+    assert "built and first step in aiacc graph + the compiler 1.1 s" in choice.reason

@@ -19,7 +19,8 @@ normalization removes any constant shift), no other order of the arithmetic repr
 loss its noise moves by more than 1e-5 of the gradient's size (a UNet's pre-BatchNorm conv bias by 2.6e-5
 against 1.2e-6, tests/plugins/torch/test_robustness.py), so such a graph stays NCHW and the line names the
 parameter. Opt-in: AIACC_TRAIN_CHANNELS_LAST=measure runs that choice, =on forces the layout, unset or =off
-keeps NCHW. Off by default because the layout's reordered float32 sums move BatchNorm weight gradients by
+keeps NCHW. Unset, the layout is still offered to the train step choice (`offered`: eagerly and under
+torch.compile), checked there as the torch.compile candidates are; =off leaves it out there too. Off by default because the layout's reordered float32 sums move BatchNorm weight gradients by
 about 1e-5 of their size, at the training parity's edge (resnet_small, the rest of the graph equal to the
 original bit for bit: 8.4e-6 elementwise of the largest at batch 8, 1.2e-5 at batch 32 under the mean-square
 loss; the random-cotangent check refuses it there). The result is a line for the pass report."""
@@ -101,6 +102,15 @@ def apply(module: torch.fx.GraphModule, args: tuple) -> torch.fx.GraphModule:
 
 
 _NORMS = (torch.nn.functional.batch_norm, torch.batch_norm)
+
+
+def offered(module: torch.fx.GraphModule, args: tuple, line: str) -> bool:
+    """Whether the train step choice gets channels-last candidates of `module` (aiacc.plugins.torch.training:
+    CL_GRAPH, CL_COMPILED): the graph has a convolution to lay out (`applies`), `choose` (whose report line
+    is `line`) did not already lay it out, and ENV is not 'off' (unset offers them: they are measured and
+    checked as the torch.compile candidates are)."""
+    return (os.environ.get(ENV, "").lower() != "off" and not line.startswith("channels_last")
+            and applies(module, args))
 
 
 def zero_gradient_biases(module: torch.fx.GraphModule) -> list[str]:

@@ -101,7 +101,8 @@ def test_auto_measures_both_candidates_and_keeps_the_original_untouched():
         fast = aiacc.optimize(m, (x,), mode="train")
     choice = fast.aiacc_train_choice
     assert set(choice.ms) == {"aiacc graph", "aiacc graph + torch.compile", "original module (eager)",
-                              "original module + torch.compile"}
+                              "original module + torch.compile", "aiacc graph channels-last",
+                              "aiacc graph channels-last + torch.compile"}
     assert choice.path in choice.ms and choice.reason
     said = [str(w.message) for w in caught if "runs the step as" in str(w.message)]
     assert bool(said) == (choice.path != "aiacc graph")

@@ -105,3 +105,44 @@ def test_a_graph_without_a_convolution_is_left_alone():
     assert not _contiguous_nodes(fast)
     assert all(r.name != "channels_last" for r in fast.aiacc_report.records)
     assert not channels_last.applies(fast, (torch.randn(2, 3, 4, 4),))
+
+
+@pytest.mark.parametrize("path", ["aiacc graph channels-last", "aiacc graph channels-last + torch.compile"])
+def test_channels_last_candidates_are_built_and_train_like_the_original(monkeypatch, path):
+    """Unset, the layout is not applied to aiacc's graph itself but offered to the measured step choice,
+    eagerly and under torch.compile; pinned by name, either is what runs (its weights channels-last, the
+    original's names and shapes), and three optimizer steps end with the original's parameters and
+    BatchNorm statistics within 1e-5, the user's module untouched."""
+    from aiacc.plugins.torch.training import CL_COMPILED, CL_GRAPH
+
+    monkeypatch.delenv(channels_last.ENV, raising=False)
+    x, y = data()
+    ref = net()
+    train(ref, ref.parameters(), 3, x, y)
+    m = net()
+    before = state(m)
+    fast = aiacc.optimize(m, (x,), mode="train", framework_compile=path)
+    assert fast.aiacc_train_path == path
+    inner = getattr(fast, "_orig_mod", fast)
+    assert isinstance(fast, torch.nn.Module) and (path == CL_GRAPH) == (inner is fast)
+    assert _contiguous_nodes(inner) and inner.conv2.weight.is_contiguous(memory_format=torch.channels_last)
+    train(fast, fast.parameters(), 3, x, y)
+    got = {k.removeprefix("_orig_mod."): v for k, v in state(fast).items()}
+    assert_same(state(ref), {k: got[k] for k in state(ref)})
+    assert_same(before, state(m), tol=0)
+    assert path in (CL_GRAPH, CL_COMPILED)
+
+
+def test_channels_last_candidates_are_measured_unless_off(monkeypatch):
+    """framework_compile='auto' measures both channels-last candidates (their times in the choice, the
+    compile's seconds in its reason); AIACC_TRAIN_CHANNELS_LAST=off leaves them out."""
+    from aiacc.plugins.torch.training import CL_COMPILED, CL_GRAPH
+
+    monkeypatch.delenv(channels_last.ENV, raising=False)
+    x, _ = data()
+    choice = aiacc.optimize(net(), (x,), mode="train").aiacc_train_choice
+    assert {CL_GRAPH, CL_COMPILED} <= set(choice.ms)
+    assert CL_COMPILED in choice.build_s and f"{CL_COMPILED} " in choice.reason  # the compile's seconds
+    monkeypatch.setenv(channels_last.ENV, "off")
+    choice = aiacc.optimize(net(), (x,), mode="train").aiacc_train_choice
+    assert not {CL_GRAPH, CL_COMPILED} & set(choice.ms)
