@@ -103,6 +103,42 @@ class TFPlugin(Plugin):
         except Exception as e:  # a TF runtime error in the model (original or optimized)
             raise KernelError(f"running {type(model).__name__} on the example inputs failed: {first_line(e)}") from e
 
+    def float64_outputs(self, model: Any, inputs: Any) -> list[np.ndarray] | None:
+        """`run` in float64, for verify's float64 re-check (base.Plugin.outputs_agree), on the example inputs
+        with every float32 array widened: an optimized module runs its IR graph widened (float64_copy) and
+        exported again; a Keras Functional or Sequential model runs a clone whose layers compute in float64,
+        with its weights cast. None for what cannot be widened without rewriting its code (a tf.Module, a
+        tf.function, a subclassed Keras model, a graph with an opaque TF region) and for training steps.
+        The model given is not changed; the copy is dropped after the run."""
+        from aiacc.plugins.tf.exporter import Untracked
+
+        graph = getattr(model, "aiacc_graph", None)
+        if isinstance(graph, Untracked):
+            graph = graph.unwrap()
+        if graph is not None and graph.meta.get("tf_mode") == "train":
+            return None
+        tfm = tf()
+
+        def widen(x):
+            if (isinstance(x, np.ndarray) or tfm.is_tensor(x)) and x.dtype in (np.float32, tfm.float32):
+                return np.asarray(x).astype(np.float64)
+            return x
+        wide_inputs = tfm.nest.map_structure(widen, inputs)  # the same structure (a tuple, a dict of arrays)
+        if graph is not None:
+            from aiacc.core.passes.manager import float64_copy
+            from aiacc.plugins.tf.exporter import export_graph
+
+            wide = float64_copy(graph)
+            if wide is not None and wide.meta.get("tf_signature"):  # the exported function's input specs
+                wide.meta["tf_signature"] = [(name, shape, "float64" if str(dtype) == "float32"
+                                              else dtype) for name, shape, dtype in wide.meta["tf_signature"]]
+            copy = None if wide is None else export_graph(wide)
+        else:
+            copy = _keras_float64(model)
+        if copy is None:
+            return None
+        return self.run(copy, wide_inputs)
+
     def optimize(self, model: Any, example_inputs: Any = None, **options: Any) -> Any:
         """aiacc.optimize for TF; with mode="train" the outputs compared before and after are one training
         step's (variables restored after each run, so the dropout seed and BatchNorm statistics match)."""
@@ -186,6 +222,27 @@ def _as_list(example_inputs: Any) -> list:
     if isinstance(example_inputs, (list, tuple)):
         return list(example_inputs)
     return [example_inputs]
+
+
+def _keras_float64(model: Any) -> Any:
+    """A clone of a Keras Functional or Sequential model whose layers (its Input layers too) compute in float64,
+    holding its weights cast to float64; None for another model (a subclassed Keras model, a tf.Module: their
+    dtypes are in their code)."""
+    keras = tf().keras
+    try:
+        from keras.src.models.functional import Functional  # Keras 3: keras.Model(inputs, outputs)'s class
+    except ImportError:
+        Functional = ()
+    if not isinstance(model, (keras.Sequential, Functional)):
+        return None
+
+    def widened(layer):
+        config = layer.get_config()
+        config["dtype"] = "float64"
+        return layer.__class__.from_config(config)
+    copy = keras.models.clone_model(model, clone_function=widened)
+    copy.set_weights([w.astype(np.float64) if w.dtype == np.float32 else w for w in model.get_weights()])
+    return copy
 
 
 PLUGIN = TFPlugin()
