@@ -6,6 +6,7 @@ ellipsis (Falcon's fused QKV split), torch's RMSNorm, narrow and one_hot, Longfo
 traces with no opaque node and equals the original."""
 from __future__ import annotations
 
+import io
 import warnings
 
 import pytest
@@ -265,6 +266,13 @@ def test_as_strided_is_guarded_to_the_examples_memory_layout(example, frontend, 
         assert not torch.allclose(model(layouts[other]), model(layouts[example]))  # torch's answer does change
         with pytest.raises(GuardError, match=r"input 'x' .* has strides .*as_strided \(node"):
             fast(layouts[other])
+    if backend == "native":  # the check is in the saved module's code
+        buf = io.BytesIO()
+        torch.save(fast, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        with torch.no_grad(), pytest.raises(GuardError, match="as_strided"):
+            loaded(layouts[other])
 
 
 def test_as_strided_of_a_fresh_tensor_takes_any_input_layout():
