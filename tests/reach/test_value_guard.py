@@ -182,3 +182,35 @@ def test_guard_of_several_elements_is_an_error():
     g.add_output(g.op("Not", x))
     with pytest.raises(GuardError, match="2 elements"):
         run(g, {"x": np.array([True, True])})
+
+
+def test_guards_under_torch_compile_stay_in_the_graph_and_still_refuse():
+    """torch.compile of an optimized module (the training step's compiled candidate): a guard is an assert
+    dynamo keeps in its graph (bool() of a tensor would break the graph in two at every guard), and a call
+    the guard refuses still raises, with the guard's text: a branch guard and a loss's target check."""
+    import torch._dynamo as dynamo
+    import torch.nn.functional as F
+
+    class Loss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x, t):
+            return F.cross_entropy(self.lin(x), t)
+
+    model, x, fresh, other = _sum_case()
+    torch.manual_seed(0)
+    loss, lx, lt = Loss().eval(), torch.randn(3, 5), torch.tensor([0, 4, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast, fast_loss = aiacc.optimize(model, x), aiacc.optimize(loss, (lx, lt))
+    for m, args, bad, text in ((fast, fresh, other, GUARD_MSG), (fast_loss, (lx, lt), (lx, torch.tensor([0, 9, 1])),
+                                                                "a target is neither in the classes 0..4")):
+        dynamo.reset()
+        assert dynamo.explain(m)(*args).graph_break_count == 0
+        compiled = torch.compile(m)
+        with torch.no_grad():
+            assert torch.allclose(compiled(*args), m(*args))
+            with pytest.raises(RuntimeError, match=text):
+                compiled(*bad)

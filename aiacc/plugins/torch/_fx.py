@@ -308,9 +308,15 @@ def value_guard(cond: Any, expected: bool, what: str, message: str = "") -> Any:
         return cond.tracer.create_proxy("call_function", value_guard,
                                         (cond, expected, what) + ((message,) if message else ()), {},
                                         name="value_guard")
-    if bool(cond) != expected:
-        from aiacc.core.ops.guard import mismatch_message
+    from aiacc.core.ops.guard import mismatch_message
 
+    if isinstance(cond, torch.Tensor) and torch.compiler.is_compiling():
+        # under torch.compile (the training step's compiled candidate): an assert dynamo keeps in its graph,
+        # where bool() would break the graph in two; it raises RuntimeError with the same text
+        truth = cond if cond.dtype == torch.bool else cond != 0
+        torch._assert_async(truth if expected else ~truth, message or mismatch_message("value guard", what, expected))
+        return cond
+    if bool(cond) != expected:
         raise GuardError(message or mismatch_message("value guard", what, expected))
     return cond
 
