@@ -23,7 +23,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from aiacc.core.ir import Graph, Node, TensorType, Value
 from aiacc.core.ops import get_schema, infer_node
-from aiacc.core.ops.guard import refuse_guards
+from aiacc.core.ops.guard import refuse_guards, without_input_checks
 from aiacc.core.translate import decompose_fused  # noqa: F401  (re-exported: aiacc.core.onnx.decompose_fused)
 from aiacc.errors import AiaccError, ParseError, UnsupportedError
 
@@ -452,6 +452,7 @@ def to_onnx(graph: Graph, *, opset: int | None = None, producer: str = "aiacc",
     if not keep_fused:
         graph, _ = decompose_fused(graph)
     refuse_guards(graph, "ONNX")  # a run-time value check ONNX cannot express: never dropped silently
+    graph = without_input_checks(graph, "ONNX")  # checks of inputs the original refuses: left out, warned
     imports = dict(graph.opset_imports)
     default = max(imports.get("", 17), MIN_EXPORT_OPSET)
     for n in graph:

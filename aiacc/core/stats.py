@@ -156,6 +156,8 @@ def node_flops(node: Node, bind: Mapping[str, int] | None = None) -> int | None:
     if callable(estimate):
         return estimate(node, bind)
     if node.domain == "aiacc":
+        if node.op == "ValueGuard":
+            return 0  # a check of a condition its own producers compute
         return fused_flops(node, bind)
     return None
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from aiacc.core.ir import Node, TensorType
 from aiacc.core.ops.registry import REQUIRED, InferContext, OpSchema, get_schema, op
-from aiacc.errors import GuardError, UnsupportedError
+from aiacc.errors import GuardError, UnsupportedError, fallback
 
 DOMAIN = "aiacc"
 OP = "ValueGuard"
@@ -72,10 +72,43 @@ def guards_of(graph) -> list[Node]:
     return [n for n in graph if n.domain == DOMAIN and n.op == OP]
 
 
+def input_checks_of(graph) -> list[Node]:
+    """The value guards that are no branch but a check that an input is one the original accepts (they have a
+    `message`: embedding ids in the table, a loss's class-index targets), where the original raises."""
+    return [n for n in guards_of(graph) if n.attrs.get("message")]
+
+
+def without_input_checks(graph, target: str):
+    """`graph`, or a copy without its input checks (`input_checks_of`) and the nodes only they read, for an
+    exporter (`target`) that has no run-time check: the written model answers an input the original refuses
+    as that format's own ops do (a negative embedding id reads a row from the end, as torch.onnx.export's
+    Gather of the original would), never a valid input differently; warned (a fallback) naming them. The
+    branch guards are `refuse_guards`' (dropping one could give wrong answers)."""
+    if not input_checks_of(graph):
+        return graph
+    graph = graph.copy()
+    checks = input_checks_of(graph)
+    for n in checks:
+        todo = [n]
+        while todo:  # the guard, then each producer of its condition nobody else reads
+            node = todo.pop()
+            if any(v.uses or v.is_graph_output for v in node.outputs):
+                continue
+            ins = [v.producer for v in node.inputs if v is not None and v.producer is not None]
+            graph.erase(node)
+            todo.extend(p for p in ins if not p.erased)
+    names = ", ".join(n.name for n in checks[:5]) + (" ..." if len(checks) > 5 else "")
+    fallback(f"input-checks:{target}", f"{target} has no run-time check: the model written leaves out "
+             f"{len(checks)} check(s) that an input is one the original accepts ({names}); such an input is "
+             f"answered as {target}'s own ops do")
+    return graph
+
+
 def refuse_guards(graph, target: str) -> None:
-    """An UnsupportedError naming the first value guard, for an exporter (`target`: "ONNX", "TensorFlow",
-    ...) that cannot run aiacc's run-time checks: dropping one would let a call take the wrong branch."""
-    nodes = guards_of(graph)
+    """An UnsupportedError naming the first value guard that fixes a branch, for an exporter (`target`:
+    "ONNX", "TensorFlow", ...) that cannot run aiacc's run-time checks: dropping one would let a call take
+    the wrong branch. Input checks (`input_checks_of`) are `without_input_checks`'."""
+    nodes = [n for n in guards_of(graph) if not n.attrs.get("message")]
     if nodes:
         n = nodes[0]
         raise UnsupportedError(

@@ -12,8 +12,8 @@ from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.elementwise import gelu, hardtanh, relu6, silu, softmax_like, unary
-from aiacc.plugins.torch.import_ops.nn import (batch_norm, dropout, f_avgpool, f_bn, f_conv, f_linear, f_maxpool,
-                                               layer_norm)
+from aiacc.plugins.torch.import_ops.nn import (batch_norm, check_ids, dropout, f_avgpool, f_bn, f_conv, f_linear,
+                                               f_maxpool, layer_norm)
 from aiacc.plugins.torch.import_ops.shape import dtype_of_other, expand, f_permute, flatten, flip, view
 from aiacc.plugins.torch import export_frontend
 from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, tensor_to_numpy
@@ -21,7 +21,9 @@ from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, tensor_to_num
 
 def _aten_embedding(imp, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     # padding_idx changes only the backward, and torch.export programs are imported for inference only
-    return imp.op("Gather", tensor(weight), tensor(indices), axis=0)
+    weight, indices = tensor(weight), tensor(indices)
+    check_ids(imp, weight, indices)
+    return imp.op("Gather", weight, indices, axis=0)
 
 
 def _aten_bn_no_training(imp, x, weight, bias, running_mean, running_var, momentum, eps):
