@@ -142,7 +142,11 @@ def test_channels_last_candidates_are_measured_unless_off(monkeypatch):
     x, _ = data()
     choice = aiacc.optimize(net(), (x,), mode="train").aiacc_train_choice
     assert {CL_GRAPH, CL_COMPILED} <= set(choice.ms)
-    assert CL_COMPILED in choice.build_s and f"{CL_COMPILED} " in choice.reason  # the compile's seconds
+    assert CL_COMPILED in choice.build_s
+    # the compile's seconds are said from 1 s on; a compile inductor already cached in this process (an earlier
+    # test compiled the same graph) builds in well under a second, and is then rightly not mentioned
+    assert (f"{CL_COMPILED} {choice.build_s[CL_COMPILED]:.1f} s" in choice.reason) \
+        == (choice.build_s[CL_COMPILED] >= 1.0), (choice.build_s, choice.reason)
     monkeypatch.setenv(channels_last.ENV, "off")
     choice = aiacc.optimize(net(), (x,), mode="train").aiacc_train_choice
     assert not {CL_GRAPH, CL_COMPILED} & set(choice.ms)
