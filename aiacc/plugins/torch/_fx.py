@@ -316,6 +316,8 @@ def value_guard(cond: Any, expected: bool, what: str, message: str = "") -> Any:
         truth = cond if cond.dtype == torch.bool else cond != 0
         torch._assert_async(truth if expected else ~truth, message or mismatch_message("value guard", what, expected))
         return cond
+    if isinstance(cond, torch.Tensor) and cond.is_meta:
+        return cond  # a meta tensor has no values to check (module.to("meta") runs shapes only)
     if bool(cond) != expected:
         raise GuardError(message or mismatch_message("value guard", what, expected))
     return cond
