@@ -127,6 +127,23 @@ def export_training(graph: Graph, original: Any) -> Any:
     return model
 
 
+def _measured_step(body: Any, inputs: list, trainable: list, assigned: list) -> tuple:
+    """(loss, gradients) of one forward + backward of `body` on `inputs` (the mean square of its float outputs, the
+    timed step of the train choice), with the variables the forward assigns (BatchNormalization's moving
+    statistics) put back afterwards, so repeated timing runs leave the model as it was. Call inside a
+    tf.function."""
+    tfm = tf()
+    saved = [tfm.identity(v) for v in assigned]  # read before the step assigns (program order)
+    with tfm.GradientTape() as tape:
+        out = body(*inputs)
+        loss = tfm.add_n([tfm.reduce_mean(tfm.square(tfm.cast(o, tfm.float32)))
+                          for o in tfm.nest.flatten(out) if o.dtype.is_floating])
+    grads = tape.gradient(loss, trainable)
+    for v, a in zip(assigned, saved):
+        v.assign(a)
+    return loss, grads
+
+
 def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     """The exported model with its step compiled by XLA (jit_compile=True), or replaced by the original
     model's own forward under XLA (original_step), when that trains faster on the example inputs
@@ -154,15 +171,7 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
 
         @tfm.function(autograph=False)
         def step():
-            saved = [tfm.identity(v) for v in assigned]  # read before the step assigns (program order)
-            with tfm.GradientTape() as tape:
-                out = body(*inputs)
-                loss = tfm.add_n([tfm.reduce_mean(tfm.square(tfm.cast(o, tfm.float32)))
-                                  for o in tfm.nest.flatten(out) if o.dtype.is_floating])
-            grads = tape.gradient(loss, trainable)
-            for v, a in zip(assigned, saved):
-                v.assign(a)
-            return loss, grads
+            return _measured_step(body, inputs, trainable, assigned)
         return step
 
     base = model._aiacc_step
@@ -239,15 +248,7 @@ def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list
     def fit_step_of(kind: str, inputs: list = xs) -> Any:
         @tfm.function(autograph=False, jit_compile=(kind == FIT_XLA) or None)
         def run():
-            saved = [tfm.identity(v) for v in assigned]  # read before the step assigns (program order)
-            with tfm.GradientTape() as tape:
-                out = body(*inputs)
-                loss = tfm.add_n([tfm.reduce_mean(tfm.square(tfm.cast(o, tfm.float32)))
-                                  for o in tfm.nest.flatten(out) if o.dtype.is_floating])
-            grads = tape.gradient(loss, trainable)
-            for v, a in zip(assigned, saved):
-                v.assign(a)
-            return loss, grads
+            return _measured_step(body, inputs, trainable, assigned)
 
         def timed():  # the first call traces and (XLA) compiles: its time is the compile's
             if kind in compile_s:
