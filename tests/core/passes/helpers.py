@@ -25,3 +25,12 @@ def check_pass(g, passes, *, rtol=1e-5, atol=1e-6, feeds=None, mode="inference",
 
 def ops(g):
     return [n.qualified_op for n in g]
+
+
+def scale_first_conv_weight(graph, ctx):
+    """A wrong pass (a FunctionPass body) for the verify tests: the first Conv's weight 0.1% larger, so the
+    function changes, in float64 as in float32."""
+    conv = next(n for n in graph if n.op == "Conv")
+    w = conv.inputs[1]
+    conv.set_input(1, graph.add_initializer(f"{w.name}_scaled", np.asarray(w.const) * np.float32(1.001)))
+    return 1

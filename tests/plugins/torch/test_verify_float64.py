@@ -13,6 +13,7 @@ from aiacc.core.compare import compare_outputs
 from aiacc.core.passes.manager import FunctionPass
 from aiacc.errors import VerificationError
 from aiacc.plugins import get_plugin
+from tests.core.passes.helpers import scale_first_conv_weight
 
 
 class Cancelling(torch.nn.Module):
@@ -56,17 +57,9 @@ def test_a_correct_fold_of_an_ill_conditioned_model_verifies():
     assert plugin.outputs_agree(model, fast, _x(2)) is None  # an input it was not optimized on
 
 
-def _scale_first_conv_weight(graph, ctx):
-    """A wrong pass: the Conv's weight 0.1% larger (the function changes, in float64 as in float32)."""
-    conv = next(n for n in graph if n.op == "Conv")
-    w = conv.inputs[1]
-    conv.set_input(1, graph.add_initializer(f"{w.name}_scaled", np.asarray(w.const) * np.float32(1.001)))
-    return 1
-
-
 def test_a_wrong_pass_is_still_refused_with_the_float64_verdict():
     model, x = Cancelling(), _x()
-    bad = FunctionPass("scale_conv_weight", _scale_first_conv_weight, level=2)
+    bad = FunctionPass("scale_conv_weight", scale_first_conv_weight, level=2)
     with pytest.raises(VerificationError, match=r"float64 re-check: in float64 too: output 0 differs by"):
         aiacc.optimize(model, x, passes=[bad])
 
@@ -92,4 +85,4 @@ def test_a_model_that_cannot_run_in_float64_keeps_the_float32_verdict_and_says_w
 
     model, x = Float32Only(), _x()
     with pytest.raises(VerificationError, match=r"the float64 re-check could not run: TypeError: float32 only"):
-        aiacc.optimize(model, x, passes=[FunctionPass("scale_conv_weight", _scale_first_conv_weight, level=2)])
+        aiacc.optimize(model, x, passes=[FunctionPass("scale_conv_weight", scale_first_conv_weight, level=2)])

@@ -64,20 +64,25 @@ def _on_class_axis(imp, v: Value, r: int, axis: int) -> Value:
     return imp.op("Reshape", v, imp.ints(shape))
 
 
+def all_in_range(imp, ids: Value, upper: int, also=None) -> Value:
+    """A boolean scalar: every element of the integer tensor `ids` is in 0..upper-1 (or equals `also`, when
+    given); true for an empty tensor. The condition of the run-time index checks (check_targets,
+    nn.check_ids)."""
+    inside = imp.op("And", imp.op("GreaterOrEqual", ids, imp.const(np.asarray(0, dtype=ids.dtype))),
+                    imp.op("Less", ids, imp.const(np.asarray(upper, dtype=ids.dtype))))
+    if also is not None:
+        inside = imp.op("Or", inside, imp.op("Equal", ids, imp.const(np.asarray(also, dtype=ids.dtype))))
+    bad = _all_axes(imp, "ReduceSum", imp.op("Cast", imp.op("Not", inside), to="int64"))
+    return imp.op("Equal", bad, imp.const(np.asarray(0, dtype=np.int64)))
+
+
 def check_targets(imp, target: Value, classes: int, what: str, ignore_index=None) -> None:
     """A run-time check that every class-index target is in 0..classes-1 (or is `ignore_index`): torch raises
     on any other (nll_loss: IndexError 'Target 7 is out of bounds.', multi_margin_loss: 'target out of range',
     one_hot: 'Class values must be smaller than num_classes'), while the one-hot the converters pick a class
     with would pick none and return a number. An aiacc::ValueGuard with its own message (a GuardError naming
     the op and the range), run on every backend like the tracer's branch guards; an empty target passes."""
-    t = target
-    zero = imp.const(np.asarray(0, dtype=t.dtype))
-    inside = imp.op("And", imp.op("GreaterOrEqual", t, zero),
-                    imp.op("Less", t, imp.const(np.asarray(classes, dtype=t.dtype))))
-    if ignore_index is not None:
-        inside = imp.op("Or", inside, imp.op("Equal", t, imp.const(np.asarray(ignore_index, dtype=t.dtype))))
-    bad = _all_axes(imp, "ReduceSum", imp.op("Cast", imp.op("Not", inside), to="int64"))
-    ok = imp.op("Equal", bad, imp.const(np.asarray(0, dtype=np.int64)))
+    ok = all_in_range(imp, target, classes, ignore_index)
     allowed = f"0..{classes - 1}" + ("" if ignore_index is None else f" or ignore_index={ignore_index}")
     message = (f"{what} (node {imp.current.name}): a target is " +
                (f"not in the classes 0..{classes - 1}" if ignore_index is None else

@@ -103,14 +103,11 @@ def check_ids(imp, weight: Value, idx: Value, what: str = "embedding") -> None:
     rows = weight.shape[0] if weight.shape is not None and len(weight.shape) == 2 else None
     if not isinstance(rows, int) or idx.dtype not in ("int64", "int32") or _fixed(idx):
         return  # a table of unknown rows (the Gather's own error stands) / float ids refused by the Gather
-    from aiacc.plugins.torch.import_ops.loss import _all_axes
+    from aiacc.plugins.torch.import_ops.loss import all_in_range
 
     g, name = imp.graph, imp.current.name
     mark = g.checkpoint()
-    inside = imp.op("And", imp.op("GreaterOrEqual", idx, imp.const(np.asarray(0, dtype=idx.dtype))),
-                    imp.op("Less", idx, imp.const(np.asarray(rows, dtype=idx.dtype))))
-    bad = _all_axes(imp, "ReduceSum", imp.op("Cast", imp.op("Not", inside), to="int64"))
-    ok = imp.op("Equal", bad, imp.const(np.asarray(0, dtype=np.int64)))
+    ok = all_in_range(imp, idx, rows)
     conds = g.nodes_since(mark)
     message = (f"{what} (node {name}): an id is outside the table's {rows} rows (this call has an id < 0 or "
                f">= {rows}; ids must be in 0..{rows - 1}), where torch raises IndexError; the optimized model "
