@@ -184,7 +184,8 @@ def perturb(array: np.ndarray, seed: int = 0) -> np.ndarray:
     if a.dtype.kind != "f" or not a.size:
         return a
     signs = np.random.default_rng(seed).choice(np.array([-1.0, 1.0]), size=a.shape)
-    return (a.astype(np.float64) * (1.0 + NOISE_EPS * signs)).astype(a.dtype)
+    # np.asarray: numpy turns a 0-d array's arithmetic into a scalar, which callers cannot hand to a framework
+    return np.asarray((a.astype(np.float64) * (1.0 + NOISE_EPS * signs)).astype(a.dtype))
 
 
 def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any], Callable[[], Any]],

@@ -263,3 +263,9 @@ def test_alternatives_past_the_build_budget_are_left_out_and_build_times_are_kep
     assert choice.left_out == {"later": train_choice.SKIPPED} and "later" not in choice.ms
     assert "later not built: the alternatives before it took 1 s" in choice.reason
     assert "built and first step in aiacc graph + the compiler 1.1 s" in choice.reason
+
+
+def test_perturb_keeps_a_zero_dimensional_array_an_array():
+    y = perturb(np.array(1.5, dtype=np.float32))
+    assert isinstance(y, np.ndarray) and y.shape == () and y.dtype == np.float32
+    assert abs(float(y) / 1.5 - 1) == pytest.approx(NOISE_EPS, rel=0.2)

@@ -118,8 +118,16 @@ def _perturbed(args: tuple) -> tuple | None:
     (train_choice.perturb), or None when none is floating (nothing to perturb)."""
     if not any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args):
         return None
-    return tuple(torch.from_numpy(perturb(a.detach().cpu().numpy(), k)).to(a.device)
-                 if isinstance(a, torch.Tensor) and a.is_floating_point() else a for k, a in enumerate(args))
+    return tuple(_perturbed_tensor(a, k) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for k, a in enumerate(args))
+
+
+def _perturbed_tensor(tensor: torch.Tensor, seed: int) -> torch.Tensor:
+    """One floating tensor perturbed (train_choice.perturb) in its own dtype and device; bfloat16 goes
+    through float32, which numpy lacks."""
+    host = tensor.detach().cpu()
+    host = host.float() if host.dtype == torch.bfloat16 else host
+    return torch.from_numpy(perturb(host.numpy(), seed)).to(dtype=tensor.dtype, device=tensor.device)
 
 
 def _same_elementwise(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str:

@@ -161,3 +161,31 @@ def test_bad_framework_compile_value_is_refused():
     with pytest.raises(OptionError, match="framework_compile"):
         aiacc.optimize(net(), (x,), mode="train", framework_compile="sometimes")
     assert issubclass(OptionError, AiaccError)
+
+
+class Scaled(torch.nn.Module):
+    """A forward taking a 0-d float tensor beside the batch (a temperature, a loss weight)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x, temperature):
+        return self.fc(x) / temperature
+
+
+def test_a_zero_dimensional_float_input_is_measured_and_trains_the_same():
+    # the choice's noise floor perturbs every floating input: a 0-d one must stay a tensor
+    torch.manual_seed(0)
+    ref = Scaled().train()
+    m = Scaled().train()
+    m.load_state_dict(ref.state_dict())
+    x, t, y = torch.randn(4, 6), torch.tensor(0.5), torch.tensor([0, 1, 2, 0])
+    fast = aiacc.optimize(m, (x, t), mode="train")
+    for model in (ref, fast):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x, t), y).backward()
+        opt.step()
+    got = {k.removeprefix("_orig_mod."): v for k, v in state(fast).items()}
+    assert_same(state(ref), {k: got[k] for k in state(ref)})
