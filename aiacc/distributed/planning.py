@@ -20,7 +20,10 @@ from aiacc.distributed.process import collective, local_size
 from aiacc.distributed.transport import broadcast_object
 
 _CLUSTER: ClusterSpec | None = None
-FALLBACK_MARGIN = 0.03  # the predicted gain aiacc's own plan needs over DDP-like buckets on measured costs
+# The predicted gain aiacc's own plan needs over the best safe plan inside the search (aiacc_search's fallback),
+# a robust pick over the point estimate's plan, per-layer waits over one synchronize. Whether anything but DDP's
+# default layout runs is decided once, after all of these, by `keep_or_ddp_default` with DDP_DEFAULT_MARGIN.
+FALLBACK_MARGIN = 0.03
 # The predicted gain any plan but DDP's default layout needs over that layout on measured costs, else DDP's
 # layout runs (`keep_or_ddp_default`). From the testbed's runs (benchmarks/dp.py --json, 2 nodes, 1 and 10
 # Gbit/s, 42 rows of 6 runs): the simulator's predicted ratio of a candidate's step to DDP 25 MB's was off
@@ -418,20 +421,12 @@ def reset_contention() -> ClusterSpec | None:
 ROBUST_SPREAD = 0.10  # a compute-slowdown range wider than this (high / low - 1) makes the choice robust
 
 
-def ddp_default_index(plans: Sequence[Plan], spec: ModelSpec) -> int | None:
-    """Index of DDP's default bucketing of `spec` (`strategies.ddp_layout`'s buckets: a plan refined from
-    it carries its params, not its buckets) among `plans`."""
-    from aiacc.core.comm.strategies import is_ddp_default
-
-    return next((i for i, p in enumerate(plans) if is_ddp_default(p, spec)), None)
-
-
 def clearly_faster(times: np.ndarray, default_times: np.ndarray, point: int, cluster: ClusterSpec,
                    margin: float) -> bool:
     """Whether a plan whose predicted steps over the slowdown grid are `times` may run instead of DDP's
-    default (`default_times`): faster at the point estimate (index `point`) by the fallback's required
-    gain (the margin of the step, one message's latency, the link's banked idle time) and no slower at
-    any slowdown of the grid. Where compute is the bottleneck every plan predicts about the same step,
+    default (`default_times`): faster at the point estimate (index `point`) by the required gain (`margin`
+    of the step, DDP_DEFAULT_MARGIN in `keep_or_ddp_default`, the one place this is decided; one message's
+    latency; the link's banked idle time) and no slower at any slowdown of the grid. Where compute is the bottleneck every plan predicts about the same step,
     and what runs is then DDP's own plan (a prediction's error there is as large as the differences)."""
     from aiacc.core.comm import CostModel
     from aiacc.core.comm.strategies import _required_gain
@@ -449,8 +444,9 @@ def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     (`slowdown_grid`); those plans and the safe plans (`safe_family`: DDP's bucket sweep, Horovod's fusion
     after backward) are simulated at every point of the grid, and the one with the least worst-case regret
     (`robust_pick`) runs, unless its regret is within `margin` of the point estimate's plan, which then
-    runs; either must be `clearly_faster` than DDP's default bucketing, else that runs (the plan's params
-    say so: "robust"). Elsewhere: `aiacc_search` at the point estimate."""
+    runs (the plan's params say so: "robust"). Elsewhere: `aiacc_search` at the point estimate. Whether
+    the plan found may run instead of DDP's default layout is not decided here but by the one guard that
+    judges every plan against it (`keep_or_ddp_default`, DDP_DEFAULT_MARGIN, applied by `choose_plan`)."""
     grid = slowdown_grid(cluster)
     point = aiacc_search(spec, with_slowdown(cluster, cluster.compute_slowdown), compression=compression,
                          sync=sync, fallback_margin=margin)[:2]
@@ -472,16 +468,9 @@ def robust_search(spec: ModelSpec, cluster: ClusterSpec, *, compression: str = "
     pick = robust_pick(times, prefer=(0,))
     if regret[0] - regret[pick] <= margin:
         pick = 0
-    note = ""
-    default = ddp_default_index(unique, spec)
-    if default is not None and pick != default and margin > 0 and \
-            not clearly_faster(times[pick], times[default], grid.index(cluster.compute_slowdown), cluster, margin):
-        note = (f"; DDP's default bucketing kept: the robust pick ({len(unique[pick].buckets)} buckets) is not "
-                f"{margin:.0%} faster than it at the point estimate and no slower anywhere on the range")
-        pick = default
     chosen = unique[pick]
     note = (f"robust over compute slowdown {rng[0]:.2f}-{rng[1]:.2f} (point {cluster.compute_slowdown:.2f}): "
-            f"worst-case regret {regret[pick]:.3f} vs {regret[0]:.3f} for the point estimate's plan" + note)
+            f"worst-case regret {regret[pick]:.3f} vs {regret[0]:.3f} for the point estimate's plan")
     chosen = dataclasses.replace(chosen, notes=(chosen.notes + "; " if chosen.notes else "") + note,
                                  params={**chosen.params, "robust": {"grid": list(grid),
                                                                      "regret": float(regret[pick]),
