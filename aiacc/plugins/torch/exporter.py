@@ -29,7 +29,7 @@ from aiacc.core.ops import REQUIRED, get_schema
 from aiacc.core.passes.utils import const_value as _const_of  # initializer or Constant node data
 from aiacc.core.translate import OpTable, decompose_fused
 from aiacc.errors import UnsupportedError
-from aiacc.plugins.torch import fastpath
+from aiacc.plugins.torch import fastpath, linear_kernel
 from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
 from aiacc.plugins.torch.source_watch import watch
 from aiacc.plugins.torch import layout_guard
@@ -127,6 +127,7 @@ class Builder:
         # falls back to F.conv2d / F.linear wherever it cannot run
         self.inference = self.inplace_ok
         self.uses_fastpath = False  # set once a convolution may leave a channels-last tensor
+        self.linear_kernels: list[tuple] = []  # ((rows, in, out), kernel, why) per linear (linear_kernel.py)
         self._device = None  # see device()
         self.first_input: Any = None  # the fx value of the first tensor input (device())
         self.first_state: str | None = None  # the qualified name of the first model state tensor (device())
@@ -363,6 +364,8 @@ def export(graph: Graph, original: nn.Module | None = None) -> fx.GraphModule:
     b.fx.lint()
     name = "Aiacc" + "".join(ch for ch in graph.name.title() if ch.isalnum())
     gm = fx.GraphModule(b.root, b.fx, class_name=name)
+    if b.linear_kernels:  # for the report (translator.optimize): which kernel each linear's shape runs
+        gm.aiacc_linear_kernels = linear_kernel.summary(b.linear_kernels)
     if b.inference and b.shareable:  # shares weights with the original: guard the copies' sources (source_watch)
         watch(gm, _sources(graph, state, original_state, original), set(graph.meta.get("torch.state_multi_use", ())),
               type(original).__name__, original_state)
@@ -610,6 +613,26 @@ def _sdpa_special(q: Value, k: Value, k_transposed: bool, v: Value, mask: Value 
     return lower
 
 
+def _product_shape(node: "LNode | None") -> tuple[int, int, int] | None:
+    """(rows, in, out) of the float32 product a node lowered as a linear computes (its first input and its
+    output: product_shape), None when unknown."""
+    if node is None or node._args is not None or not node.outputs or not node.values:
+        return None
+    return product_shape(node.values[0], node.outputs[0])
+
+
+def product_shape(x: Value | None, y: Value | None) -> tuple[int, int, int] | None:
+    """(rows, in, out) of a float32 product of input `x` giving `y`: rows and out from y's shape, in from x's
+    element count (so a transposed input counts alike); None when a shape is not static or not float32."""
+    if x is None or y is None or x.shape is None or y.shape is None or not y.shape or str(x.dtype) != "float32" \
+            or not all(isinstance(d, int) for d in (*x.shape, *y.shape)):
+        return None
+    rows = int(np.prod(y.shape[:-1], dtype=np.int64))
+    if rows <= 0 or int(np.prod(x.shape, dtype=np.int64)) % rows:
+        return None
+    return rows, int(np.prod(x.shape, dtype=np.int64)) // rows, int(y.shape[-1])
+
+
 class _Transposed:
     """A constant matrix used transposed (as F.linear's weight)."""
 
@@ -628,15 +651,23 @@ def _linear_special(x: Value, w, bias: Value | None):
             weight = b.env[key]
         else:
             weight = arg(b, w)
-        return [linear(b, arg(b, x), weight, arg(b, bias))]
+        return [linear(b, arg(b, x), weight, arg(b, bias), shape=product_shape(x, ln.outputs[0]))]
     return lower
 
 
-def linear(b, x, w, bias, onednn=None):
-    """F.linear(x, w, bias) (w [out, in]); in an inference export one oneDNN inner product with the fused
-    post-op `onednn` = (attr, scalars, algorithm) (fastpath.linear, F.linear where it cannot run)."""
+def linear(b, x, w, bias, onednn=None, node: "LNode | None" = None, shape: tuple | None = None):
+    """F.linear(x, w, bias) (w [out, in]); in an inference export fastpath.linear: one oneDNN inner product
+    with the fused post-op `onednn` = (attr, scalars, algorithm), or MKL's packed sgemm where linear_kernel
+    timed it faster for the product's shape ((rows, in, out) `shape`, or read from `node`, the IR node
+    lowered: its first input and output), F.linear where neither can run."""
     if b.inference:
         attr, scalars, algorithm = onednn or ("none", [], None)
+        shape = shape or _product_shape(node)
+        if shape is not None:
+            kernel, why = linear_kernel.choose(*shape, attr, list(scalars), algorithm, bias is not None)
+            b.linear_kernels.append((shape, kernel, why))
+            if kernel != linear_kernel.ONEDNN:
+                return b.call(fastpath.linear, x, w, bias, attr, scalars, algorithm, kernel=kernel)
         return b.call(fastpath.linear, x, w, bias, attr, scalars, algorithm)
     if onednn is not None:
         raise UnsupportedError("a fused post-op needs an inference export")

@@ -10,7 +10,9 @@ torch.jit.optimize_for_inference and torch.compile's oneDNN fusion do instead, d
   (torch.ops.mkldnn._convolution_pointwise);
 - a matrix product with a bias (and activation) is one oneDNN inner product
   (torch.ops.mkldnn._linear_pointwise) on a weight reordered once per row count
-  (torch.ops.mkldnn._reorder_linear_weight).
+  (torch.ops.mkldnn._reorder_linear_weight), or, where linear_kernel.py timed it faster for that shape,
+  MKL's packed sgemm (torch.ops.mkl._mkl_linear on torch.ops.mkl._mkl_reorder_linear_weight) with the
+  activation after it.
 
 The module's plain parameters stay the source of truth: the cache is keyed by the weight tensor (weakly)
 and re-prepared when its storage, version (in-place updates, load_state_dict), device or dtype or the input
@@ -34,6 +36,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 _PACKED: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
 _F32 = torch.float32
 _MKLDNN = torch.backends.mkldnn.is_available()
+MKL_LINEAR = bool(getattr(torch._C, "has_mkl", False)) and hasattr(torch.ops.mkl, "_mkl_linear")
 _MAX_SHAPES = 4  # packed variants kept per weight (one per input shape seen)
 FC_AS_LINEAR = True  # conv2d of a [N, C, 1, 1] map by a 1x1 kernel as F.linear (False: oneDNN, measurements)
 
@@ -206,11 +209,17 @@ def conv2d_add_(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 @_fx_leaf
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attr: str = "none",
-           scalars: list | tuple = (), algorithm: str | None = None) -> torch.Tensor:
-    """attr(F.linear(x, weight, bias)) (weight [out, in]), one oneDNN inner product on the fast path."""
+           scalars: list | tuple = (), algorithm: str | None = None, kernel: str = "onednn") -> torch.Tensor:
+    """attr(F.linear(x, weight, bias)) (weight [out, in]) on the fast path: one oneDNN inner product with the
+    activation as its post-op, or (kernel="mkl", linear_kernel.py's measured choice) MKL's packed sgemm with
+    the activation after it; both on a weight packed once per row count."""
     if usable(x, weight, bias) and x.dim() >= 1 and x.numel() > 0:
         if weight.dim() == 2:
             rows = x.numel() // x.shape[-1]
+            if kernel == "mkl" and MKL_LINEAR and x.dim() >= 2:
+                packed = _packed(weight, ("mkl", rows),
+                                 lambda w: torch.ops.mkl._mkl_reorder_linear_weight(w, rows))
+                return _UNARY[attr](torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows), scalars, algorithm)
             weight = _packed(weight, rows, lambda w: torch.ops.mkldnn._reorder_linear_weight(w, rows))
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, scalars, algorithm)
     _plain(weight)

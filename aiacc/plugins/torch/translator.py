@@ -314,6 +314,9 @@ class TorchPlugin(Plugin):
                     "the module itself stays in train mode"]
             if notes and report is not None:
                 report.note("elementwise_fusion", [f"{k}: {v}" for k, v in notes.items()])
+            kernels = getattr(out, "aiacc_linear_kernels", None)
+            if kernels and report is not None:
+                report.note("linear_kernel", kernels)
             if budget is not None:
                 report = getattr(out, "aiacc_report", None)
                 out = _plan_memory(out, example_inputs, budget)

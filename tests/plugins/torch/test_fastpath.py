@@ -245,3 +245,111 @@ def test_gpt2_style_conv1d_runs_as_one_inner_product_with_its_gelu_fused():
     with torch.no_grad():
         fresh = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3))
         assert_close_rel(model(fresh), fast(fresh), 1e-5)
+
+
+# ---- the linear's kernel: oneDNN's inner product or MKL's packed sgemm, timed per product shape
+from aiacc.plugins.torch import linear_kernel  # noqa: E402
+
+needs_mkl = pytest.mark.skipif(not linear_kernel.mkl_available(), reason="torch built without MKL's packed linear")
+
+
+def _ran(op: str, fn) -> bool:
+    """Whether the profiler saw aten-level op `op` (e.g. 'mkl::_mkl_linear') while fn() ran."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return any(e.key == op for e in prof.key_averages())
+
+
+@needs_mkl
+@pytest.mark.parametrize("attr,scalars,algorithm,ref", _ACTS, ids=[f"{a[0]}-{a[2]}" for a in _ACTS])
+def test_mkl_kernel_matches_plain_torch_and_runs_mkl(attr, scalars, algorithm, ref):
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(7, 16, generator=g), torch.randn(7, generator=g)
+    with torch.no_grad():
+        for x in (torch.randn(3, 5, 16, generator=g), torch.randn(4, 16, generator=g)):
+            got = fastpath.linear(x, w, b, attr, scalars, algorithm, kernel="mkl")
+            assert_close_rel(ref(F.linear(x, w, b)), got, 1e-5)
+            assert_close_rel(ref(F.linear(x, w)), fastpath.linear(x, w, None, attr, scalars, algorithm,
+                                                                  kernel="mkl"), 1e-5)
+        assert _ran("mkl::_mkl_linear", lambda: fastpath.linear(x, w, b, attr, scalars, algorithm, kernel="mkl"))
+        assert not _ran("mkl::_mkl_linear", lambda: fastpath.linear(x, w, b, attr, scalars, algorithm))
+    # with autograd the plain path runs, whatever the kernel
+    xg = x.clone().requires_grad_()
+    fastpath.linear(xg, w, b, attr, scalars, algorithm, kernel="mkl").sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+@needs_mkl
+def test_mkl_packed_weight_follows_in_place_updates_and_row_counts():
+    w = torch.randn(6, 5)
+    with torch.no_grad():
+        for rows in (1, 4, 1):
+            x = torch.randn(rows, 5)
+            assert_close_rel(F.linear(x, w), fastpath.linear(x, w, None, kernel="mkl"), 1e-6)
+        w.copy_(torch.randn(6, 5))  # load_state_dict's way: the packed copy is redone
+        assert_close_rel(F.linear(x, w), fastpath.linear(x, w, None, kernel="mkl"), 1e-6)
+
+
+@needs_mkl
+def test_the_kernel_choice_keeps_mkl_only_when_timed_clearly_faster(monkeypatch):
+    import aiacc.plugins.torch.linear_kernel as lk
+
+    def fake(ratio):
+        return lambda fns, **kw: {lk.ONEDNN: [1.0, 1.0, 1.0], lk.MKL: [ratio] * 3}
+    monkeypatch.setattr(lk, "_CHOSEN", {})
+    monkeypatch.setattr(lk, "interleaved_times", fake(0.9))
+    assert lk.choose(8, 16, 32, "none", [], None, True) == ("mkl", "mkl timed 0.90x of onednn")
+    monkeypatch.setattr(lk, "interleaved_times", fake(0.99))
+    assert lk.choose(8, 16, 33, "gelu", [], "tanh", True) == ("onednn", "mkl timed 0.99x of onednn")
+    monkeypatch.setattr(lk, "interleaved_times", fake(0.5))  # a shape is timed once per process
+    assert lk.choose(8, 16, 33, "gelu", [], "tanh", True)[0] == "onednn"
+    monkeypatch.setenv(lk.ENV, "mkl")
+    assert lk.choose(8, 16, 33, "gelu", [], "tanh", True) == ("mkl", f"{lk.ENV}=mkl")
+
+
+class _MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+@needs_mkl
+def test_optimize_runs_the_chosen_kernel_reports_it_and_round_trips(monkeypatch):
+    monkeypatch.setenv(linear_kernel.ENV, "mkl")
+    torch.manual_seed(0)
+    model = _MLP().eval()
+    x = torch.randn(3, 10, 32)
+    fast = aiacc.optimize(model, (x,))
+    assert fast.code.count("kernel = 'mkl'") == 2
+    assert fast.aiacc_report["linear_kernel"].notes == [f"1 x [30 x 32] -> 64: mkl ({linear_kernel.ENV}=mkl)",
+                                                         f"1 x [30 x 64] -> 8: mkl ({linear_kernel.ENV}=mkl)"]
+    fresh = torch.randn(3, 10, 32)
+    with torch.no_grad():
+        assert_close_rel(model(fresh), fast(fresh), 1e-5)
+        assert _ran("mkl::_mkl_linear", lambda: fast(fresh))
+        buf = io.BytesIO()
+        torch.save(fast, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        assert_close_rel(model(fresh), loaded(fresh), 1e-5)
+        assert _ran("mkl::_mkl_linear", lambda: loaded(fresh))
+        assert_close_rel(model(fresh), torch.jit.trace(fast, (fresh,))(fresh), 1e-5)
+    monkeypatch.setenv(linear_kernel.ENV, "onednn")
+    plain = aiacc.optimize(model, (x,))
+    assert "kernel =" not in plain.code
+    with torch.no_grad():
+        assert not _ran("mkl::_mkl_linear", lambda: plain(fresh))
+
+
+def test_without_the_environment_every_linear_shape_is_timed_and_reported():
+    torch.manual_seed(0)
+    model = _MLP().eval()
+    fast = aiacc.optimize(model, (torch.randn(5, 32),))
+    notes = fast.aiacc_report["linear_kernel"].notes
+    assert len(notes) == 2 and all(("timed" in n) == linear_kernel.mkl_available() for n in notes)
+    kernels = [n.split(": ")[1].split(" ")[0] for n in notes]
+    assert fast.code.count("kernel = 'mkl'") == kernels.count("mkl")

@@ -136,8 +136,8 @@ def _fused_matmul(b, n):
     bias = n.arg(2) if n.n_inputs > 2 and n.values[2] is not None else None
     onednn = fastpath.onednn_activation(act, params) if b.inference else None
     if onednn is not None:
-        return linear(b, n.arg(0), weight, bias, onednn)
-    y = linear(b, n.arg(0), weight, bias)
+        return linear(b, n.arg(0), weight, bias, onednn, node=n)
+    y = linear(b, n.arg(0), weight, bias, node=n)
     return activation(b, y, act, params, b.inplace_ok)
 
 

@@ -194,11 +194,11 @@ def gemm(b, n: LNode, onednn=None):
     c_shape = n.shape(2) if n.n_inputs > 2 else None
     bias_ok = alpha == 1.0 and beta == 1.0 and (c is None or (c_shape is not None and len(c_shape) == 1))
     if n.attr("transB") and bias_ok:
-        return linear(b, a, w, c, onednn)
+        return linear(b, a, w, c, onednn, node=n)
     if not n.attr("transB") and bias_ok and b.inference and _const_matrix(n.values[1]) is not None:
         # a constant [K, N] weight (GPT-2's Conv1D) is transposed once, at export, so the product runs as
         # oneDNN's inner product on a prepacked weight rather than addmm
-        return linear(b, a, transposed_constant(b, n.values[1]), c, onednn)
+        return linear(b, a, transposed_constant(b, n.values[1]), c, onednn, node=n)
     if n.attr("transB"):
         w = b.method("t", w)
     if c is not None:
