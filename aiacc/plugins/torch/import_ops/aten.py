@@ -12,6 +12,7 @@ from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.elementwise import gelu, hardtanh, relu6, silu, softmax_like, unary
+from aiacc.plugins.torch.import_ops.indexing import advanced_getitem
 from aiacc.plugins.torch.import_ops.nn import (batch_norm, check_ids, dropout, f_avgpool, f_bn, f_conv, f_linear,
                                                f_maxpool, layer_norm)
 from aiacc.plugins.torch.import_ops.shape import dtype_of_other, expand, f_permute, flatten, flip, view
@@ -107,6 +108,16 @@ def _index(imp, x, indices):
     """aten.index.Tensor: None entries are full slices (x[:, idx])."""
     x = tensor(x)
     index = tuple(slice(None) if i is None else i for i in indices)
+    return FUNCTIONS[operator.getitem](imp, x, index)
+
+
+def _unsafe_index(imp, x, indices):
+    """aten._unsafe_index.Tensor (upsampling's decompositions): aten.index without torch's bounds check, so
+    none at run time either."""
+    x = tensor(x)
+    index = tuple(slice(None) if i is None else i for i in indices)
+    if any(isinstance(i, (Value, list, torch.Tensor)) for i in index):
+        return advanced_getitem(imp, x, index, checked=False)
     return FUNCTIONS[operator.getitem](imp, x, index)
 
 
@@ -284,7 +295,7 @@ ATEN.update({
     "_assert_async": _nothing, "sym_size": _sym_size,
     "to": _aten_to, "_to_copy": _aten_to, "lift_fresh_copy": _same, "alias": _same, "clone": _same,
     "contiguous": _same, "detach": _same, "detach_": _same,
-    "slice": _slice, "select": _select, "index": _index, "_unsafe_index": _index,
+    "slice": _slice, "select": _select, "index": _index, "_unsafe_index": _unsafe_index,
     "new_zeros": _new_constant(0), "new_ones": _new_constant(1), "new_empty": _new_constant(0),
     "new_full": _new_constant(None),
     "triu": _triangle(True), "tril": _triangle(False),

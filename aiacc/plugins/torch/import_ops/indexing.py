@@ -9,22 +9,115 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from aiacc.core.ir import Value
+from aiacc.core.ir import Value, const_value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, tensor_to_numpy
 
 
+# ---------------------------------------------------------------------------- run-time index checks
+# ops whose output is not fixed by their inputs: an index computed through one is not known in range
+_UNFIXED = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"}
+
+
+def fixed(v: Value) -> bool:
+    """Whether `v` is computed from constants only (no graph input, opaque call, random or side-effect op on
+    the way): its value is then the same on every call as on the example."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen or x.is_constant:
+            continue
+        seen.add(id(x))
+        p = x.producer
+        if p is None or p.is_opaque or p.schema is None or p.schema.side_effects or p.op in _UNFIXED:
+            return False
+        todo.extend(p.inputs)
+    return True
+
+
+def _in_range_by_construction(idx: Value, lower: int, upper: int) -> bool:
+    """Whether every element of `idx` is in lower..upper-1 whatever the input: a Mod (fmod=0: the divisor's
+    sign) by a positive constant n <= upper, as torch.export's take_along_dim computes its index
+    (remainder(index, size) before the gather)."""
+    p = idx.producer
+    while p is not None and p.op == "Cast" and p.attrs.get("to") in ("int64", "int32"):
+        p = p.inputs[0].producer
+    n = None if p is None or p.op != "Mod" or p.attrs.get("fmod", 0) != 0 else const_value(p.inputs[1])
+    if n is None:
+        return False
+    return n.size == 1 and n.dtype.kind in "iu" and 0 < int(n.reshape(-1)[0]) <= upper and lower <= 0
+
+
+def check_index(imp, idx: Value, size: int, *, what: str, message: str, negative: bool = False,
+                suffix: str = "index") -> None:
+    """A run-time check that every index of `idx` addresses one of `size` entries: 0..size-1, or with
+    `negative` (torch's `x[idx]`, which counts a negative index from the end) -size..size-1. torch raises on
+    any other, while a Gather (onnxruntime's, aiacc's kernel) reads a negative index from the end and the Mod
+    a converter wraps negative indices with would turn a too-large one into another entry. An
+    aiacc::ValueGuard carrying `message` (a GuardError naming the node), the embedding ids' and the loss
+    targets' mechanism. Left out where the index is fixed (computed from constants only: the example's run
+    of the original, which raises on a bad index, read the same one) or in range by construction. The
+    check reads only the index and is placed right where it is defined (the graph's start for an input), past
+    the checks already there: a backend that runs the guards between sessions (onnxruntime) then splits the
+    graph there, not between the lookup and the ops fused with it."""
+    if not isinstance(size, int) or idx.dtype not in ("int64", "int32"):
+        return  # an axis of unknown size / an index dtype the Gather refuses itself
+    lower = -size if negative else 0
+    if fixed(idx) or _in_range_by_construction(idx, lower, size):
+        return
+    from aiacc.plugins.torch.import_ops.loss import all_in_range
+
+    g, name = imp.graph, imp.current.name
+    mark = g.checkpoint()
+    ok = all_in_range(imp, idx, size, lower=lower)
+    conds = g.nodes_since(mark)
+    allowed = f"{lower}..{size - 1}"
+    guard = g.add_node("ValueGuard", [ok], {"expected": 1, "what": f"{what} in {allowed}", "message": message},
+                       domain="aiacc", name=f"{name}_{suffix}")
+    # where: after the index's producer (the start for an input), past the checks already there (their
+    # conditions first, then their guards), so several checks make one guard run for onnxruntime
+    checks = getattr(imp, "_id_checks", None)  # (the conditions' nodes, the guards) of this import
+    if checks is None:
+        checks = imp._id_checks = (set(), set())
+    anchor = g.first_node if idx.producer is None else idx.producer.next
+    while anchor is not None and anchor in checks[0]:
+        anchor = anchor.next
+    if anchor is not None and anchor is not conds[0]:
+        for n in conds:
+            g.move_before(n, anchor)
+    after = conds[-1].next
+    while after is not None and after in checks[1]:
+        after = after.next
+    if after is not None and after is not guard:
+        g.move_before(guard, after)
+    checks[0].update(conds)
+    checks[1].add(guard)
+
+
+def check_axis_index(imp, idx: Value, size, axis: int, op: str, negative: bool, error: str) -> None:
+    """`check_index` for an index along `axis` of a tensor (`op`: the torch op in the message; `error`: the
+    exception torch raises)."""
+    if not isinstance(size, int):
+        return
+    allowed = f"{-size if negative else 0}..{size - 1}"
+    message = (f"{op} (node {imp.current.name}): an index is outside dimension {axis}'s {size} entries (this call "
+               f"has an index < {-size if negative else 0} or >= {size}; indices must be in {allowed}), where "
+               f"torch raises {error}; the optimized model refuses the call rather than return another entry")
+    check_index(imp, idx, size, what=f"{op}'s indices on dimension {axis}", message=message, negative=negative)
+
+
 def _index_value(imp, i) -> Value | None:
-    """An integer index tensor as an IR value (a constant for a torch tensor or a list); None if not one."""
+    """An integer index tensor as an IR value (a constant for a torch tensor or a list); None if not one.
+    uint8 is refused: torch reads a uint8 index tensor as a mask."""
     if isinstance(i, Value):
-        if i.dtype is None or np.dtype(i.dtype).kind not in "iu":
-            raise Untranslatable("a boolean or float index tensor (masking gives a data-dependent shape)")
+        if i.dtype is None or np.dtype(i.dtype).kind not in "iu" or i.dtype == "uint8":
+            raise Untranslatable("a boolean, uint8 or float index tensor (masking gives a data-dependent shape)")
         return i
     if isinstance(i, torch.Tensor) or isinstance(i, list):
         a = tensor_to_numpy(i) if isinstance(i, torch.Tensor) else np.asarray(i)
-        if a.dtype.kind not in "iu":
-            raise Untranslatable("a boolean or float index tensor (masking gives a data-dependent shape)")
+        if a.dtype.kind not in "iu" or a.dtype == np.uint8:
+            raise Untranslatable("a boolean, uint8 or float index tensor (masking gives a data-dependent shape)")
         return imp.const(a.astype(np.int64))
     return None
 
@@ -34,10 +127,12 @@ def _wrap(imp, idx: Value, size: int) -> Value:
     return imp.op("Mod", idx, imp.const(np.asarray(size, dtype=idx.dtype or "int64")), fmod=0)
 
 
-def advanced_getitem(imp, x: Value, index: tuple):
+def advanced_getitem(imp, x: Value, index: tuple, checked: bool = True):
     """`x[..., idx, ...]` with index tensors: one tensor index among full slices is a Gather on its axis;
     several tensors on the leading axes (`mask[batch_idx, kv_idx]`, broadcast together) index the
-    flattened leading axes with one linear index. Other mixes stay opaque."""
+    flattened leading axes with one linear index. Other mixes stay opaque. Each index tensor computed from
+    the inputs is checked at run time in -size..size-1 of its axis (`check_index`; torch raises IndexError
+    on another) unless not `checked` (aten._unsafe_index, which torch does not check)."""
     shape = list(imp.shape_of(x))
     ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
     if len(ellipses) == 1:  # `qkv[..., [-2], :]` (Falcon): the ellipsis stands for the full slices it spans
@@ -57,6 +152,9 @@ def advanced_getitem(imp, x: Value, index: tuple):
                 raise Untranslatable("advanced indexing mixed with an integer index")
             kinds.append(v)
     tensors = [k for k, v in enumerate(kinds) if v is not None]
+    if checked:
+        for k in tensors:
+            check_axis_index(imp, kinds[k], shape[k], k, "indexing", True, "IndexError")
     if len(tensors) == 1:
         axis = tensors[0]
         return imp.op("Gather", x, _wrap(imp, kinds[axis], shape[axis]), axis=axis)
@@ -80,7 +178,9 @@ def advanced_getitem(imp, x: Value, index: tuple):
 @METHODS.register("gather")
 def _gather(imp, x, dim, index, *, sparse_grad=False, out=None):
     """torch.gather (ONNX GatherElements): out[i][j][k] = x[i][index[i][j][k]][k] for dim 1. Written as a
-    Gather on the flattened input with linear indices index * stride(dim) + (the other coordinates)."""
+    Gather on the flattened input with linear indices index * stride(dim) + (the other coordinates). An
+    index computed from the inputs is checked at run time in 0..size-1 (torch raises RuntimeError on any
+    other, a negative one too)."""
     if out is not None:
         raise Untranslatable("out= argument")
     x, index = tensor(x), _index_value(imp, index)
@@ -91,6 +191,7 @@ def _gather(imp, x, dim, index, *, sparse_grad=False, out=None):
     if len(ishape) != r:
         raise Untranslatable("gather index of another rank")
     axis = norm_axis(dim, r)
+    check_axis_index(imp, index, xs[axis], axis, "gather", False, "RuntimeError")
     strides = [int(np.prod(xs[j + 1:])) for j in range(r)]
     # the linear offset of every index position along the other axes (a constant of the shapes)
     grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in ishape], indexing="ij")
@@ -101,6 +202,39 @@ def _gather(imp, x, dim, index, *, sparse_grad=False, out=None):
                     imp.const(np.asarray(base, np.int64)))
     flat = imp.op("Reshape", x, imp.ints([-1]))
     return imp.op("Gather", flat, linear, axis=0)
+
+
+@FUNCTIONS.register(torch.take_along_dim)
+@METHODS.register("take_along_dim")
+def _take_along_dim(imp, x, indices, dim=None, *, out=None):
+    """torch.take_along_dim: x and indices broadcast against each other off `dim`, then gather along it.
+    torch takes each index modulo the size there (its own decomposition: remainder(indices, size), so -1 is
+    the last entry and size + 1 the second, never an error), and so does this (a Mod before the gather,
+    which makes the gather's run-time check unnecessary). dim None is torch's gather of the flattened
+    tensors, with no modulo: an index outside 0..numel-1 raises, checked as torch.gather's."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    x, index = tensor(x), _index_value(imp, indices)
+    if index is None:
+        raise Untranslatable("take_along_dim indices are not a tensor")
+    if dim is None:
+        return _gather(imp, imp.op("Reshape", x, imp.ints([-1])), 0, imp.op("Reshape", index, imp.ints([-1])))
+    xs, ishape = list(imp.shape_of(x)), list(imp.shape_of(index))
+    r = len(xs)
+    if len(ishape) != r:
+        raise Untranslatable("take_along_dim indices of another rank")
+    axis = norm_axis(int(dim), r)
+    both = [max(a, b) for a, b in zip(xs, ishape)]
+    if any(n not in (1, m) for sizes in (xs, ishape) for n, m in zip(sizes, both)):
+        raise Untranslatable(f"take_along_dim of shapes {xs} and {ishape} that do not broadcast")
+    x_to = [both[j] if j != axis else xs[j] for j in range(r)]
+    i_to = [both[j] if j != axis else ishape[j] for j in range(r)]
+    if x_to != xs:
+        x = imp.op("Expand", x, imp.ints(x_to))
+    if i_to != ishape:
+        index = imp.op("Expand", index, imp.ints(i_to))
+    index = _wrap(imp, index if index.dtype == "int64" else imp.op("Cast", index, to="int64"), xs[axis])
+    return _gather(imp, x, axis, index)
 
 
 @FUNCTIONS.register(torch.cumsum)

@@ -64,11 +64,11 @@ def _on_class_axis(imp, v: Value, r: int, axis: int) -> Value:
     return imp.op("Reshape", v, imp.ints(shape))
 
 
-def all_in_range(imp, ids: Value, upper: int, also=None) -> Value:
-    """A boolean scalar: every element of the integer tensor `ids` is in 0..upper-1 (or equals `also`, when
-    given); true for an empty tensor. The condition of the run-time index checks (check_targets,
-    nn.check_ids)."""
-    inside = imp.op("And", imp.op("GreaterOrEqual", ids, imp.const(np.asarray(0, dtype=ids.dtype))),
+def all_in_range(imp, ids: Value, upper: int, also=None, lower: int = 0) -> Value:
+    """A boolean scalar: every element of the integer tensor `ids` is in lower..upper-1 (or equals `also`,
+    when given); true for an empty tensor. The condition of the run-time index checks (check_targets,
+    indexing.check_index)."""
+    inside = imp.op("And", imp.op("GreaterOrEqual", ids, imp.const(np.asarray(lower, dtype=ids.dtype))),
                     imp.op("Less", ids, imp.const(np.asarray(upper, dtype=ids.dtype))))
     if also is not None:
         inside = imp.op("Or", inside, imp.op("Equal", ids, imp.const(np.asarray(also, dtype=ids.dtype))))

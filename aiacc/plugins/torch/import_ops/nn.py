@@ -69,70 +69,22 @@ def _m_linear(imp, m, x):
     return linear(imp, x, imp.param(m, "weight"), imp.param(m, "bias"))
 
 
-# ops whose output is not fixed by their inputs: ids computed through one are not known in range
-_UNFIXED = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Bernoulli"}
-
-
-def _fixed(v: Value) -> bool:
-    """Whether `v` is computed from constants only (no graph input, opaque call, random or side-effect op on
-    the way): its value is then the same on every call as on the example."""
-    seen, todo = set(), [v]
-    while todo:
-        x = todo.pop()
-        if x is None or id(x) in seen or x.is_constant:
-            continue
-        seen.add(id(x))
-        p = x.producer
-        if p is None or p.is_opaque or p.schema is None or p.schema.side_effects or p.op in _UNFIXED:
-            return False
-        todo.extend(p.inputs)
-    return True
-
-
 def check_ids(imp, weight: Value, idx: Value, what: str = "embedding") -> None:
-    """A run-time check that every id of an embedding lookup is a row of the table, 0..rows-1: torch raises
-    IndexError on any other, while onnxruntime's Gather and aiacc's kernel read a negative id as a row
-    counted from the end (-1: the last row) and fail on a too-large one with an error naming no embedding.
-    An aiacc::ValueGuard with its own message (a GuardError naming the node, the table size and the
-    offending ids), as the loss converters' target check. Left out where the ids are fixed (constants, an
-    arange of static length: computed from constants only): the example's run of the original, which raises
-    on an id outside the table, read the same ids. The check reads only the ids, and is placed right where
-    they are defined (the graph's start for an input), before the lookup: a backend that runs the guard
-    between sessions (onnxruntime) then splits the graph before the embedding, not between the Gather and
-    the Add / LayerNorm onnxruntime fuses it with."""
+    """A run-time check that every id of an embedding lookup is a row of the table, 0..rows-1 (an
+    `indexing.check_index`): torch raises IndexError on any other, while onnxruntime's Gather and aiacc's
+    kernel read a negative id as a row counted from the end (-1: the last row) and fail on a too-large one
+    with an error naming no embedding. Left out where the ids are fixed (constants, an arange of static
+    length: computed from constants only); placed before the lookup, where the ids are defined."""
     rows = weight.shape[0] if weight.shape is not None and len(weight.shape) == 2 else None
-    if not isinstance(rows, int) or idx.dtype not in ("int64", "int32") or _fixed(idx):
-        return  # a table of unknown rows (the Gather's own error stands) / float ids refused by the Gather
-    from aiacc.plugins.torch.import_ops.loss import all_in_range
+    if not isinstance(rows, int):
+        return  # a table of unknown rows: the Gather's own error stands
+    from aiacc.plugins.torch.import_ops.indexing import check_index
 
-    g, name = imp.graph, imp.current.name
-    mark = g.checkpoint()
-    ok = all_in_range(imp, idx, rows)
-    conds = g.nodes_since(mark)
-    message = (f"{what} (node {name}): an id is outside the table's {rows} rows (this call has an id < 0 or "
-               f">= {rows}; ids must be in 0..{rows - 1}), where torch raises IndexError; the optimized model "
-               f"refuses the call rather than return another row (a negative id would read a row counted from "
-               f"the end)")
-    guard = g.add_node("ValueGuard", [ok], {"expected": 1, "what": f"{what}'s ids in 0..{rows - 1}",
-                                            "message": message}, domain="aiacc", name=f"{name}_ids")
-    # where: after the ids' producer (the start for an input), past the checks already there (their
-    # conditions first, then their guards), so several checks make one guard run for onnxruntime
-    checks = getattr(imp, "_id_checks", None)  # (the conditions' nodes, the guards) of this import
-    if checks is None:
-        checks = imp._id_checks = (set(), set())
-    anchor = g.first_node if idx.producer is None else idx.producer.next
-    while anchor is not None and anchor in checks[0]:
-        anchor = anchor.next
-    if anchor is not None and anchor is not conds[0]:
-        for n in conds:
-            g.move_before(n, anchor)
-    after = conds[-1].next
-    while after is not None and after in checks[1]:
-        after = after.next
-    if after is not None and after is not guard:
-        g.move_before(guard, after)
-    checks[0].update(conds)
-    checks[1].add(guard)
+    message = (f"{what} (node {imp.current.name}): an id is outside the table's {rows} rows (this call has an id "
+               f"< 0 or >= {rows}; ids must be in 0..{rows - 1}), where torch raises IndexError; the optimized "
+               f"model refuses the call rather than return another row (a negative id would read a row counted "
+               f"from the end)")
+    check_index(imp, idx, rows, what=f"{what}'s ids", message=message, suffix="ids")
 
 
 def embedding(imp, weight: Value, idx, padding_idx: int | None, training: bool) -> Value:

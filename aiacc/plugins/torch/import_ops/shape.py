@@ -13,7 +13,7 @@ from torch import nn
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
-from aiacc.plugins.torch.import_ops.indexing import advanced_getitem
+from aiacc.plugins.torch.import_ops.indexing import advanced_getitem, check_axis_index
 from aiacc.plugins.torch.import_ops.nn import f_pad
 from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES, Dim, tensor_to_numpy
 
@@ -725,8 +725,14 @@ MODULES[nn.Unflatten] = lambda imp, m, x: unflatten(imp, x, m.dim, m.unflattened
 @FUNCTIONS.register(torch.index_select)
 @METHODS.register("index_select")
 def _index_select(imp, x, dim, index):
+    """torch.index_select: a Gather on `dim`. An index computed from the inputs is checked at run time in
+    0..size-1 (torch raises IndexError on any other, a negative one too, which a Gather would read from the
+    end)."""
     x, index = tensor(x), tensor(index, "index")
-    return imp.op("Gather", x, index, axis=norm_axis(dim, rank(x)))
+    axis = norm_axis(dim, rank(x))
+    size = imp.shape_of(x)[axis] if rank(x) else 1
+    check_axis_index(imp, index, size, axis, "index_select", False, "an error (IndexError, RuntimeError)")
+    return imp.op("Gather", x, index, axis=axis)
 
 
 @FUNCTIONS.register(torch.narrow)
