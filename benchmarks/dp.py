@@ -38,8 +38,10 @@ Columns: buckets of the candidate's plan; median step; throughput relative to DD
 "paired": the median over rounds of the ratio of the two candidates' blocks in the same round); scaling efficiency;
 the simulator's predicted step for the candidate's plan on the same measured costs (per-layer compute from
 profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
-interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 4 B to 16 MB (fp16 rows:
-its float16 medians, 512 B to 8 MB); the
+interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 64 B to 16 MB, of all-reduces
+started back to back asynchronously as the engine and DDP queue their buckets (fp16 rows: its float16 medians,
+512 B to 8 MB; "after backward" and "Horovod 64 MB", loops of blocking calls: its medians of blocking calls one
+after another up to 1 MB); the
 measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
 backward beside a stream of 1 MB all-reduces, pooled (median) with the estimates of the aiacc candidates' own
 profiled steps, GradientScheduler's profile_contention, whose plans are chosen robustly over the pooled range);
@@ -482,7 +484,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     cluster = planning.calibrate(reps=calibration_reps)
     costs = {c: CostModel(cluster, compression=c) for c in ("none", "fp16")}  # fp16: its own samples
     report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
-              "samples_fp16": planning.measurements("float16"), "models": {}}
+              "samples_fp16": planning.measurements("float16"),
+              "samples_blocking": planning.measurements(what="blocking"), "models": {}}
     for name in models:
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
@@ -540,16 +543,21 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                 pred = lb = lb0 = local_s
             else:
                 sync = plan.params.get("sync", "step") if label.startswith("aiacc") else "step"
+                row_cluster, row_cost = cluster, costs[compression]
                 if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
                     plan = after_backward_plan(plan, spec)
+                    # a loop of blocking dist.all_reduce calls: charged the all-reduces measured that way, not
+                    # the engine's queued ones (on one core per rank a small queued message costs 2-3x more)
+                    row_cluster = planning.with_blocking_costs(cluster)
+                    row_cost = CostModel(row_cluster, compression=compression)
                 # what is measured is a block of `block` steps up to the end of its last update: with
                 # per-layer waits the first forward overlaps nothing and the last update waits for every
                 # all-reduce, so the block is (block - 1) steady iterations and one of sync "step"
                 # (simulate's iteration: backward start to the next forward's end); the lower bound of any
                 # plan likewise (lower_bound's docstring)
-                sim = simulate(spec, cluster, plan, costs[compression], validate=False, sync=sync)
+                sim = simulate(spec, row_cluster, plan, row_cost, validate=False, sync=sync)
                 it = sim.iteration_s
-                it_step = it if sync == "step" else simulate(spec, cluster, plan, costs[compression],
+                it_step = it if sync == "step" else simulate(spec, row_cluster, plan, row_cost,
                                                              validate=False, sync="step").iteration_s
                 lb_layer, lb_step = bounds[compression, True]
                 pred = ((block - 1) * it + it_step) / block
@@ -689,8 +697,11 @@ def replay(path: str) -> list[dict]:
     measured median; [{rate, model, label, measured, predicted (stored), replayed, lower_bound}]."""
     from aiacc.core.comm import Bucket, ClusterSpec, GradientSpec, Layer, ModelSpec, Piece, Plan, lower_bound, simulate
 
+    import dataclasses
+
     out = []
     for rate, rep in json.loads(Path(path).read_text()).items():
+        blocking = tuple(tuple(map(float, x)) for x in rep.get("samples_blocking") or ())
         for name, m in rep["models"].items():
             if "spec" not in m:
                 raise SystemExit(f"{path}: {rate} {name} has no stored spec (a report from before dp.py stored it)")
@@ -709,8 +720,11 @@ def replay(path: str) -> list[dict]:
                                                         b["not_before"]) for b in p["buckets"]),
                             p["scheduling"], p["compression"], p["notes"], p["params"])
                 sync = (r.get("sync") or "step") if label.startswith("aiacc") else "step"
-                it = simulate(spec, cluster, plan, validate=False, sync=sync).iteration_s
-                it_step = simulate(spec, cluster, plan, validate=False, sync="step").iteration_s
+                # blocking calls one after another (the worker's rule), where the report has those samples
+                row = dataclasses.replace(cluster, allreduce_samples=blocking) \
+                    if label in AFTER_BACKWARD and len(blocking) >= 2 else cluster
+                it = simulate(spec, row, plan, validate=False, sync=sync).iteration_s
+                it_step = simulate(spec, row, plan, validate=False, sync="step").iteration_s
                 lb = ((block - 1) * lower_bound(spec, cluster, compression=plan.compression, contention=True)
                       + lower_bound(spec, cluster, compression=plan.compression, sync="step", contention=True)) / block
                 out.append({"rate": rate, "model": name, "label": label, "measured": statistics.median(r["times"]),

@@ -46,6 +46,11 @@ MIN_CALIBRATION_NUMEL = 16  # at least one element per rank's chunk up to 16 ran
 CALIBRATION_SIZES = (MIN_CALIBRATION_NUMEL, 1 << 8, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _SAMPLES: list[tuple[int, float]] = []
 _SAMPLES16: list[tuple[int, float]] = []
+# (bytes, seconds) of all-reduces issued one at a time, each a blocking call after the last returned (what a
+# user's loop of dist.all_reduce does, e.g. benchmarks/dp.py's "after backward"), up to BLOCKING_MAX_BYTES:
+# on one core per rank a small message costs less than queued in the stream the executor issues (_timed_allreduce)
+_BLOCKING: list[tuple[int, float]] = []
+BLOCKING_MAX_BYTES = 1 << 20  # above this a blocking call and a queued one measured alike (1 MB: 5.2 vs 4.7 ms)
 _CPU: list[tuple[int, float]] = []  # (bytes, CPU seconds of this process per message) of the same batches
 _CPU16: list[tuple[int, float]] = []
 BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyond a tbf burst / TCP window)
@@ -126,7 +131,29 @@ def measurements(dtype: str = "float32", what: str = "wall") -> list[tuple[int, 
     when skipped."""
     if what == "cpu":
         return list(_CPU16 if dtype == "float16" else _CPU)
+    if what == "blocking":
+        return blocking_samples()
     return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
+
+
+def blocking_samples() -> list[tuple[int, float]]:
+    """The float32 (bytes, seconds) of all-reduces issued as blocking calls one after another (`calibrate`'s
+    samples up to BLOCKING_MAX_BYTES, the streamed samples above it, where both measured alike), empty
+    before `calibrate`."""
+    if not _BLOCKING:
+        return []
+    top = max(b for b, _ in _BLOCKING)
+    return sorted(list(_BLOCKING) + [(b, t) for b, t in _SAMPLES if b > top])
+
+
+def with_blocking_costs(cluster: ClusterSpec) -> ClusterSpec:
+    """`cluster` whose cost model charges all-reduces issued one blocking call after another
+    (`blocking_samples`) instead of queued ones: for predicting a loop of blocking dist.all_reduce calls
+    (not what the executor runs); `cluster` itself where none were measured."""
+    samples = blocking_samples()
+    if len({b for b, _ in samples}) < 2:
+        return cluster
+    return dataclasses.replace(cluster, allreduce_samples=tuple((float(b), float(t)) for b, t in samples))
 
 
 def calibration_sizes(up_to_bytes: float | None = None, sizes: Sequence[int] = CALIBRATION_SIZES) -> tuple[int, ...]:
@@ -145,27 +172,40 @@ def calibration_sizes(up_to_bytes: float | None = None, sizes: Sequence[int] = C
     return tuple(out)
 
 
-def _timed_allreduce(n: int, reps: int, dtype=None) -> tuple[float, float]:
+def _timed_allreduce(n: int, reps: int, dtype=None, blocking_calls: bool = False) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) per all-reduce of `n` elements of `dtype` (float32 by
     default) in a stream: the medians over `reps` batches (fewer for messages above 1 MB) of the mean of
-    back-to-back all-reduces after a barrier. The CPU time (time.process_time: every thread, user and
-    system, so gloo's threads and the kernel's TCP work done in the process) is what a message takes from
-    compute where they share a core (aiacc.core.comm.contention)."""
-    t = torch.zeros(n, dtype=dtype or torch.float32)
+    back-to-back all-reduces after a barrier, started asynchronously one after the other and then waited
+    for, as the executor starts a plan's buckets (each queued behind the ones in flight on the process
+    group's worker threads). The CPU time (time.process_time: every thread, user and system, so gloo's
+    threads and the kernel's TCP work done in the process) is what a message takes from compute where
+    they share a core (aiacc.core.comm.contention). blocking_calls: each all-reduce a blocking call after the
+    last has returned (a user's loop of dist.all_reduce) instead."""
+    bufs = [torch.zeros(n, dtype=dtype or torch.float32) for _ in range(2)]
     if n <= 1 << 18:  # connections and buffers warm (the large sizes follow the small ones)
-        collective("calibration all-reduce", lambda: dist.all_reduce(t))
+        collective("calibration all-reduce", lambda: dist.all_reduce(bufs[0]))
     # back to back, as a plan's buckets follow each other: one all-reduce after an idle barrier rides
     # the link's burst allowance (a token bucket, a TCP window) and looks cheaper than it is in a
     # stream, so each batch carries at least BATCH_BYTES (up to BATCH_MAX_MESSAGES): the mean of each batch,
-    # the median over batches
+    # the median over batches. Asynchronously, not one blocking call after another: on one core per rank
+    # (2 testbed nodes at 10 Gbit/s) a small message queued behind others took 2-3 ms, one issued after the
+    # last had returned ~1 ms (64 B: 3.1 vs 1.4 ms, 16 KB 2.1 vs 1.3, 1 MB 4.7 vs 5.2): gloo's two worker
+    # threads run queued all-reduces side by side and each waits for the core in turn; sampled one at a
+    # time, a plan of 40 small buckets was predicted 0.80x of its measured step
     times, cpus = [], []
-    nbytes = t.element_size() * n
+    nbytes = bufs[0].element_size() * n
     k = batch_messages(nbytes)
     for _ in range(reps if nbytes <= 1 << 20 else max(3, (reps + 1) // 2)):
         collective("calibration barrier", dist.barrier)
         c0, t0 = time.process_time(), time.perf_counter()
-        for _ in range(k):
-            collective("calibration all-reduce", lambda: dist.all_reduce(t))
+        if blocking_calls:
+            for _ in range(k):
+                collective("calibration all-reduce", lambda: dist.all_reduce(bufs[0]))
+        else:
+            works = [collective("calibration all-reduce", lambda b=bufs[i % 2]: dist.all_reduce(b, async_op=True))
+                     for i in range(k)]
+            for w in works:
+                collective("calibration all-reduce", w.wait)
         times.append((time.perf_counter() - t0) / k)
         cpus.append((time.process_time() - c0) / k)
     return float(np.median(times)), float(np.median(cpus))
@@ -174,7 +214,11 @@ def _timed_allreduce(n: int, reps: int, dtype=None) -> tuple[float, float]:
 def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
               up_to_bytes: float | None = None) -> ClusterSpec:
     """The job's cluster as measured on the actual process group: for each of `sizes` float32 elements,
-    the median over `reps` batches of the mean time of back-to-back all-reduces (the median, not the
+    the median over `reps` batches of the mean time of back-to-back all-reduces started asynchronously,
+    as the executor queues a plan's buckets (`_timed_allreduce`), and the same sizes up to
+    BLOCKING_MAX_BYTES as blocking calls one after another (`blocking_samples`: for predicting such a loop,
+    and the link's banked idle time, since a queued small message costs more than one alone and that is no
+    banked time) (the median, not the
     fastest: a training step pays the typical time, scheduling delays of a loaded core included), kept
     as the cluster's `allreduce_samples` (the cost model interpolates them), with the least-squares
     alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
@@ -205,6 +249,8 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     timed = [(4 * n, _timed_allreduce(n, reps)) for n in new]
     # fp16 payloads (compression): gloo sums float16 on the CPU at its own rate per byte
     timed16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
+    timed_blocking = [(4 * n, _timed_allreduce(n, reps, blocking_calls=True)[0]) for n in new
+                      if 4 * n <= BLOCKING_MAX_BYTES]
     probe_numel = min(PROBE_NUMEL, max(want))
     large_numel = min(SHAPE_FACTOR * probe_numel, max(want))  # the second size: how contention falls with size
     if _CLUSTER is None:  # probe messages no larger than the largest calibrated one (the plans' buckets)
@@ -213,7 +259,8 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
             if large_numel >= 4 * probe_numel and len(_CPU) >= 2 else None
     else:
         slowdowns = large = None
-    timed, timed16 = broadcast_object((timed, timed16), 0, "calibration")
+    timed, timed16, timed_blocking = broadcast_object((timed, timed16, timed_blocking), 0, "calibration")
+    _BLOCKING[:] = sorted(_BLOCKING + list(timed_blocking))
     _SAMPLES[:] = sorted(_SAMPLES + [(b, w) for b, (w, _) in timed])
     _SAMPLES16[:] = sorted(_SAMPLES16 + [(b, w) for b, (w, _) in timed16])
     _CPU[:] = sorted(_CPU + [(b, c) for b, (_, c) in timed])
@@ -221,7 +268,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     samples, samples16 = list(_SAMPLES), list(_SAMPLES16)
     lat, coef = fit_alpha_beta(samples)
     pairs = lambda pts: tuple((float(b), float(t)) for b, t in pts) if len({b for b, _ in pts}) >= 2 else None
-    cluster = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), banked_s=banked_time(samples),
+    cluster = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), banked_s=banked_time(blocking_samples()),
                                   allreduce_samples=pairs(samples), allreduce_samples_fp16=pairs(samples16),
                                   allreduce_cpu_samples=pairs(_CPU), allreduce_cpu_samples_fp16=pairs(_CPU16))
     if slowdowns is None:  # a later call: the contention measured first is kept

@@ -95,3 +95,63 @@ def test_fp16_plans_are_charged_the_fp16_samples():
     assert lower_bound(m, c, compression="fp16") <= simulate(m, c, plan).iteration_s + 1e-12
     with pytest.raises(CommError, match="allreduce_samples_fp16"):
         ClusterSpec(2, 1, 1.25e8, allreduce_samples_fp16=((4.0, 1e-3),))
+
+
+def test_calibration_batches_start_their_all_reduces_asynchronously_back_to_back(monkeypatch):
+    """Each timed batch starts all its all-reduces (async_op=True) before it waits for the first, as the
+    executor starts a plan's buckets (queued behind each other on the process group), and returns the time
+    per message. A fake process group records the calls; no timing is asserted."""
+    from aiacc.distributed import planning
+
+    log = []
+
+    class Work:
+        def __init__(self, i):
+            self.i = i
+
+        def wait(self):
+            log.append(("wait", self.i))
+            return True
+
+    class FakeDist:
+        def all_reduce(self, t, async_op=False):
+            log.append(("start" if async_op else "blocking", t.numel()))
+            return Work(len(log))
+
+        def barrier(self):
+            log.append(("barrier",))
+
+    monkeypatch.setattr(planning, "dist", FakeDist())
+    n = 1 << 12
+    k = planning.batch_messages(4 * n)
+    wall, cpu = planning._timed_allreduce(n, reps=3)
+    assert wall >= 0 and cpu >= 0
+    batches, cur = [], None
+    for entry in log:
+        if entry[0] == "barrier":
+            cur = []
+            batches.append(cur)
+        elif cur is not None:
+            cur.append(entry[0])
+    assert len(batches) == 3 and k >= 2
+    for b in batches:  # k starts, then k waits: never one blocking call after another
+        assert b == ["start"] * k + ["wait"] * k, b
+
+
+def test_blocking_costs_take_the_blocking_samples_and_the_streamed_ones_above_them(monkeypatch):
+    """with_blocking_costs: a cluster charged the all-reduces measured as blocking calls one after another
+    (up to BLOCKING_MAX_BYTES) and the streamed ones above; the cluster itself before any were measured."""
+    from aiacc.distributed import planning
+
+    stream = [(64, 3e-3), (1 << 20, 5e-3), (1 << 22, 9e-3), (1 << 24, 0.03)]
+    blocking = [(64, 1e-3), (1 << 20, 4e-3)]
+    c = ClusterSpec(2, 1, 1.25e9, allreduce_samples=tuple((float(b), t) for b, t in stream))
+    monkeypatch.setattr(planning, "_SAMPLES", list(stream))
+    monkeypatch.setattr(planning, "_BLOCKING", [])
+    assert planning.with_blocking_costs(c) is c
+    monkeypatch.setattr(planning, "_BLOCKING", list(blocking))
+    assert planning.blocking_samples() == blocking + stream[2:]
+    assert planning.measurements(what="blocking") == blocking + stream[2:]
+    b = planning.with_blocking_costs(c)
+    assert CostModel(b).time(64) == pytest.approx(1e-3) and CostModel(c).time(64) == pytest.approx(3e-3)
+    assert CostModel(b).time(1 << 24) == pytest.approx(CostModel(c).time(1 << 24))

@@ -190,8 +190,11 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     monkeypatch.setattr(planning, "cluster_shape", lambda world: (2, 1))
     monkeypatch.setattr(planning, "broadcast_object", lambda obj, root, what: obj)
 
-    def fake_time(n, reps, dtype=None):
-        timed.append((n, dtype))
+    blocking = []
+    monkeypatch.setattr(planning, "_BLOCKING", [])
+
+    def fake_time(n, reps, dtype=None, blocking_calls=False):
+        (blocking if blocking_calls else timed).append((n, dtype))
         return 1e-3 + 8e-9 * 4 * n, 2e-4 + 1e-9 * 4 * n
 
     def fake_probe(workload=None, *, numel, reps):
@@ -216,6 +219,9 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     assert [b for b, _ in big.allreduce_cpu_samples] == [b for b, _ in big.allreduce_samples]
     assert big.allreduce_cpu_samples[0][1] == pytest.approx(2e-4 + 64e-9)  # the 64 B message
     assert big.allreduce_samples_fp16[0][0] == 2 * (1 << 8)
+    # the same sizes as blocking calls one after another, up to BLOCKING_MAX_BYTES, each once (float32)
+    assert blocking == [(n, None) for n in planning.calibration_sizes(1 << 20) if 4 * n <= planning.BLOCKING_MAX_BYTES]
+    assert [b for b, _ in planning.blocking_samples()] == [4 * n for n in planning.calibration_sizes(1 << 20)]
 
 
 def test_the_probe_at_a_second_size_fits_the_contention_exponent(fake_job, monkeypatch):
