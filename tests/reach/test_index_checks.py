@@ -226,3 +226,47 @@ def test_unsafe_index_gets_no_check():
     with torch.no_grad():
         np.testing.assert_allclose(fast(X, torch.tensor([0, -3])).numpy(), model(X, torch.tensor([0, -3])).numpy(),
                                    rtol=1e-6)
+
+
+# the writes by index: per op, the module's body, torch's error, the range the message names
+WRITES = {
+    "scatter": (lambda x, i: x.scatter(1, i, 1.0), RuntimeError, r"0\.\.9"),
+    "scatter_add": (lambda x, i: x.scatter_add(1, i, torch.ones_like(x)), RuntimeError, r"0\.\.9"),
+    "scatter_reduce": (lambda x, i: x.scatter_reduce(1, i, torch.ones_like(x), "amax"), RuntimeError, r"0\.\.9"),
+    "index_add": (lambda x, i: x.index_add(1, i[0], torch.ones(3, 2)), RuntimeError, r"0\.\.9"),
+    "index_put": (lambda x, i: x.index_put((torch.tensor([0, 2]), i[0]), torch.tensor(5.0)), IndexError,
+                  r"-10\.\.9"),
+}
+
+
+class Write(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x, ids):
+        return self.body(x.clone(), ids) * 2
+
+
+@pytest.mark.parametrize("backend", ["native", "onnxruntime"])
+@pytest.mark.parametrize("op", sorted(WRITES))
+def test_a_write_outside_its_axis_raises(op, backend):
+    """scatter / scatter_add / scatter_reduce / index_add (0..n-1) and index_put (-n..n-1): an index outside
+    raises a GuardError naming the op where torch raises, instead of writing another entry (the converters
+    wrap the index modulo the size)."""
+    if backend == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    body, torch_error, allowed = WRITES[op]
+    model = Write(body).eval()
+    example = (X, torch.tensor([[1, 2], [3, 4], [5, 9]]))
+    fast = _quiet(aiacc.optimize, model, example, **({} if backend == "native" else {"backend": backend}))
+    fresh = (X, torch.tensor([[0, 9], [9, 0], [4, 4]]) if op != "index_put" else torch.tensor([[-1, 3]] * 3))
+    with torch.no_grad():
+        np.testing.assert_allclose(fast(*fresh).numpy(), model(*fresh).numpy(), rtol=1e-6, atol=1e-6)
+        for bad in ([[10, 1]] * 3, [[1, -11]] * 3) + (() if op == "index_put" else ([[-1, 0]] * 3,)):
+            bad = (X, torch.tensor(bad))
+            with pytest.raises(torch_error):
+                model(*bad)
+            with pytest.raises(GuardError, match=rf"{op} \(node .*\): an index is outside dimension 1's 10 entries "
+                                                 rf".*indices must be in {allowed}\)"):
+                fast(*bad)

@@ -103,7 +103,7 @@ def check_axis_index(imp, idx: Value, size, axis: int, op: str, negative: bool, 
     allowed = f"{-size if negative else 0}..{size - 1}"
     message = (f"{op} (node {imp.current.name}): an index is outside dimension {axis}'s {size} entries (this call "
                f"has an index < {-size if negative else 0} or >= {size}; indices must be in {allowed}), where "
-               f"torch raises {error}; the optimized model refuses the call rather than return another entry")
+               f"torch raises {error}; the optimized model refuses the call rather than read or write another entry")
     check_index(imp, idx, size, what=f"{op}'s indices on dimension {axis}", message=message, negative=negative)
 
 

@@ -11,7 +11,7 @@ import torch
 from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
-from aiacc.plugins.torch.import_ops.indexing import _index_value, _wrap
+from aiacc.plugins.torch.import_ops.indexing import _index_value, _wrap, check_axis_index
 from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS
 
 
@@ -89,7 +89,9 @@ def _updates(imp, src, index: Value, like: Value) -> Value:
     return src
 
 
-def _scatter_elements(imp, x, dim, index, src, reduction: str):
+def _scatter_elements(imp, x, dim, index, src, reduction: str, op: str = "scatter"):
+    """ScatterElements along `dim`; an index computed from the inputs is checked at run time in 0..size-1
+    (torch raises RuntimeError on any other, a negative one too)."""
     x = tensor(x)
     index = _index_value(imp, index)
     if index is None:
@@ -98,6 +100,7 @@ def _scatter_elements(imp, x, dim, index, src, reduction: str):
     if rank(index) != r:
         raise Untranslatable("scatter index of another rank")
     axis = norm_axis(int(dim), r)
+    check_axis_index(imp, index, imp.shape_of(x)[axis], axis, op, False, "RuntimeError")
     idx = index if index.dtype == "int64" else imp.op("Cast", index, to="int64")
     idx = _wrap(imp, idx, imp.shape_of(x)[axis])
     return imp.op("ScatterElements", x, idx, _updates(imp, src, idx, x), axis=axis, reduction=reduction)
@@ -123,7 +126,7 @@ def _scatter(imp, x, dim, index, src=None, value=None, *, reduce=None, out=None)
 def _scatter_add(imp, x, dim, index, src, *, out=None):
     if out is not None:
         raise Untranslatable("out= argument")
-    return _scatter_elements(imp, x, dim, index, src, "add")
+    return _scatter_elements(imp, x, dim, index, src, "add", "scatter_add")
 
 
 @FUNCTIONS.register(torch.scatter_reduce)
@@ -135,14 +138,15 @@ def _scatter_reduce(imp, x, dim, index, src, reduce, *, include_self=True, out=N
         raise Untranslatable("out= argument")
     if reduce not in ("sum", "prod", "amax", "amin") or not include_self:
         raise Untranslatable(f"scatter_reduce {reduce!r}, include_self={include_self}")
-    return _scatter_elements(imp, x, dim, index, src, _TORCH_REDUCE[reduce])
+    return _scatter_elements(imp, x, dim, index, src, _TORCH_REDUCE[reduce], "scatter_reduce")
 
 
 @FUNCTIONS.register(torch.index_add)
 @METHODS.register("index_add", "index_add_")
 def _index_add(imp, x, dim, index, source, *, alpha=1, out=None):
     """x.index_add(dim, index, source): out[..., index[i], ...] += alpha * source[..., i, ...], a
-    ScatterElements (add) with the 1-d index spread over source's shape."""
+    ScatterElements (add) with the 1-d index spread over source's shape; an index computed from the inputs
+    is checked at run time in 0..size-1 (torch raises RuntimeError on any other)."""
     if out is not None:
         raise Untranslatable("out= argument")
     x, source = tensor(x), tensor(source, "source")
@@ -154,6 +158,7 @@ def _index_add(imp, x, dim, index, source, *, alpha=1, out=None):
     sshape = list(imp.shape_of(source))
     if len(sshape) != r:
         raise Untranslatable("index_add source of another rank")
+    check_axis_index(imp, index, imp.shape_of(x)[axis], axis, "index_add", False, "RuntimeError")
     idx = index if index.dtype == "int64" else imp.op("Cast", index, to="int64")
     idx = _wrap(imp, idx, imp.shape_of(x)[axis])
     spread = [1] * r
@@ -167,10 +172,12 @@ def _index_add(imp, x, dim, index, source, *, alpha=1, out=None):
 
 
 # ------------------------------------------------------------------------------------------ ScatterND
-def index_put(imp, x, indices, values, accumulate=False):
+def index_put(imp, x, indices, values, accumulate=False, checked=True):
     """x.index_put(indices, values[, accumulate]): the index tensors (broadcast together) on adjacent axes,
     full slices around them, as one ScatterND on x with those axes moved first; values broadcast to the
-    indexed region as torch does. A boolean mask with a one-element value is a Where."""
+    indexed region as torch does. A boolean mask with a one-element value is a Where. Each index tensor
+    computed from the inputs is checked at run time in -size..size-1 of its axis (torch raises IndexError
+    on another) unless not `checked` (aten._unsafe_index_put, which torch does not check)."""
     x = tensor(x)
     shape = list(imp.shape_of(x))
     indices = list(indices) + [None] * (len(shape) - len(indices))
@@ -189,6 +196,8 @@ def index_put(imp, x, indices, values, accumulate=False):
         v = _index_value(imp, indices[k])
         if v is None:
             raise Untranslatable("an index that is not a tensor")
+        if checked:
+            check_axis_index(imp, v, shape[k], k, "index_put", True, "IndexError")
         v = v if v.dtype == "int64" else imp.op("Cast", v, to="int64")
         idx.append(_wrap(imp, v, shape[k]))
     try:
@@ -258,7 +267,9 @@ def _index_put(imp, x, indices, values, accumulate=False):
     return index_put(imp, x, tuple(indices), values, accumulate)
 
 
-ATEN.update({"index_put": _index_put, "index_put_": _index_put, "_unsafe_index_put": _index_put,
+ATEN.update({"index_put": _index_put, "index_put_": _index_put,
+             "_unsafe_index_put": lambda imp, x, indices, values, accumulate=False: index_put(
+                 imp, x, tuple(indices), values, accumulate, checked=False),
              "scatter": lambda imp, x, dim, index, src, reduce=None: _scatter(
                  imp, x, dim, index, src, reduce=reduce),
              "scatter_add": _scatter_add, "scatter_reduce": _scatter_reduce, "index_add": _index_add,
