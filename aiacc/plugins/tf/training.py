@@ -30,11 +30,59 @@ from aiacc.plugins.tf.importer import _is_keras_model, model_variables
 TRAINING_RUN: contextvars.ContextVar = contextvars.ContextVar("aiacc_tf_training_run", default=None)
 
 
-def step_function(graph: Graph, variables: list, jit_compile: bool = False) -> Any:
+class XlaRandomEmitter(Emitter):
+    """The TF emitter for a step that XLA compiles: TensorFlow's stateless Philox draws (Keras' dropout:
+    StatelessRandomGetKeyCounter, a float32 StatelessRandomUniformV2 with the Philox or auto-select alg)
+    written in integer ops (aiacc/plugins/tf/philox.py), which XLA computes bit for bit as TensorFlow's
+    kernels do, where XLA's own lowering of those ops draws other numbers (other dropout masks)."""
+
+    def emit(self, node: Any) -> None:
+        from aiacc.plugins.tf import philox
+
+        if node.qualified_op == "tf::StatelessRandomGetKeyCounter" and len(node.inputs) == 1:
+            key, counter = philox.key_counter(self.std(node.inputs[0]))
+            self.set(node.outputs[0], key)
+            self.set(node.outputs[1], counter)
+            return
+        if node.qualified_op == "tf::StatelessRandomUniformV2" and xla_exact_uniform(node):
+            shape, key, counter = (self.std(v) for v in node.inputs[:3])
+            self.set(node.outputs[0], philox.uniform_float32(shape, key, counter))
+            return
+        super().emit(node)
+
+
+def xla_exact_uniform(node: Any) -> bool:
+    """A StatelessRandomUniformV2 node that philox.uniform_float32 reproduces: float32, a constant alg that
+    TF's kernels draw with Philox."""
+    from aiacc.plugins.tf import philox
+
+    if len(node.inputs) != 4 or node.outputs[0].dtype != "float32" or node.inputs[3].const is None:
+        return False
+    return int(np.asarray(node.inputs[3].const).reshape(-1)[0]) in philox.PHILOX_ALGS
+
+
+def xla_random_ops(graph: Graph) -> list:
+    """The random ops of `graph` whose numbers XLA does not reproduce even through XlaRandomEmitter (a
+    stateful RandomUniform, a float16 uniform, ThreeFry): under jit_compile they draw other numbers than
+    TensorFlow's kernels."""
+    out = set()
+    for n in graph:
+        if "Random" not in n.op or n.qualified_op == "tf::StatelessRandomGetKeyCounter":
+            continue
+        if n.qualified_op == "tf::StatelessRandomUniformV2" and xla_exact_uniform(n):
+            continue
+        out.add(n.op)
+    return sorted(out)
+
+
+def step_function(graph: Graph, variables: list, jit_compile: bool = False, xla_random: bool | None = None) -> Any:
     """The tf.function (flat data inputs -> outputs in the original structure) of a training-mode graph:
     reads the variables, runs the graph, assigns the updated state back; compiled by XLA with
-    jit_compile=True (its gradient function too)."""
+    jit_compile=True (its gradient function too). `xla_random` (default: jit_compile) emits TensorFlow's
+    Philox draws in integer ops (XlaRandomEmitter), for a step that XLA compiles, here or in a caller's
+    jit_compile function (Keras' fit step under XLA): the same dropout masks as TensorFlow's kernels."""
     tfm = tf()
+    emitter = XlaRandomEmitter if (jit_compile if xla_random is None else xla_random) else Emitter
     graph = lowerable_copy(graph)
     n_data = graph.meta["tf_data_inputs"]
     n_model = graph.meta["tf_model_outputs"]
@@ -49,8 +97,8 @@ def step_function(graph: Graph, variables: list, jit_compile: bool = False) -> A
 
     def run(xs):
         if not recompute:
-            return Emitter(graph).run(xs, identities=False)  # no Identity per output: 41 on a ResNet-18
-        e = Emitter(graph)
+            return emitter(graph).run(xs, identities=False)  # no Identity per output: 41 on a ResNet-18
+        e = emitter(graph)
         for v, x in zip(graph.inputs, xs):
             e.env[id(v)] = (x, False)
         i = 0
@@ -110,6 +158,7 @@ def export_training(graph: Graph, original: Any) -> Any:
         raise UnsupportedError(f"graph {graph.name}: TensorFlow refused the exported training graph: {first_line(e)}") from e
     if _is_keras_model(original):
         model = keras_model(original, step, nested=graph.meta.get("tf_input_structure") is not None)
+        model._aiacc_xla_step = xla_variant(graph, variables, step)
     else:
         tfm = tf()
         cls = type("AiaccTFTrainModule", (tfm.Module,), {
@@ -125,6 +174,15 @@ def export_training(graph: Graph, original: Any) -> Any:
     if plan is not None:
         model.aiacc_memory_plan = Untracked(plan)
     return model
+
+
+def xla_variant(graph: Graph, variables: list, step: Any) -> Any:
+    """The step a caller's XLA program (Keras' fit step under jit_compile) inlines: `step` itself unless the
+    graph draws random numbers that XlaRandomEmitter writes in integer ops, then the step emitted so
+    (xla_random=True), which XLA computes to TensorFlow's own masks."""
+    if not any(n.qualified_op == "tf::StatelessRandomUniformV2" and xla_exact_uniform(n) for n in graph):
+        return step
+    return step_function(graph, variables, xla_random=True)
 
 
 def _measured_step(body: Any, inputs: list, trainable: list, assigned: list) -> tuple:
@@ -191,21 +249,36 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
                             to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
                                                                   for g in r[1] if g is not None],
                             more=more, perturbed=perturbed)
-    random_ops = sorted({n.op for n in graph if "Random" in n.op})
-    if random_ops and choice.refused(LOSS_DIFFERS, "XLA"):
+    # random ops whose numbers aiacc's XLA candidates do not reproduce (XlaRandomEmitter writes Keras'
+    # stateless Philox dropout in integer ops, which XLA computes as TF's kernels do)
+    random_ops = xla_random_ops(graph)
+    drawn = sorted({n.op for n in graph if "Random" in n.op})
+    if drawn and choice.refused(LOSS_DIFFERS, "XLA"):
         # measured (TF 2.21, BERT-style encoder, dropout 0.1, batch 8): the loss under XLA 6.1e-3 away
         # from aiacc's step and the original's tf.function step, and 0.0 away with the dropout rates at 0
-        choice.reason += (f"; XLA draws its own random numbers: {random_ops[0]} under jit_compile=True gives "
-                          f"other values than TensorFlow's kernel from the same seed (other dropout masks), "
-                          f"so a step under XLA does not train as the original does; framework_compile="
-                          f"{ORIGINAL_XLA!r} runs that one anyway")
+        which = (f"{random_ops[0]} under jit_compile=True gives" if random_ops else
+                 f"the original model's {drawn[-1]} under jit_compile=True (XLA's own lowering) gives")
+        choice.reason += (f"; XLA draws its own random numbers: {which} other values than TensorFlow's kernel "
+                          f"from the same seed (other dropout masks), so that step under XLA does not train "
+                          f"as the original does" + ("" if random_ops else
+                          "; aiacc's own XLA candidates draw TensorFlow's Philox numbers exactly") +
+                          f"; framework_compile={ORIGINAL_XLA!r} runs the original under XLA anyway")
     model._aiacc_step = chosen
+    # what a caller's XLA program inlines (Keras' fit step under jit_compile): the chosen step, except that
+    # where the graph draws Keras' dropout, aiacc's graph with TF's Philox draws in integer ops (the nested
+    # XLA candidate already is that; the original model's forward would draw XLA's own numbers)
+    exact = xla_variant(graph, variables, base)
+    xla_step = chosen if exact is base or choice.path == "aiacc graph + XLA (jit_compile=True)" else exact
+    if hasattr(model, "_aiacc_xla_step"):
+        model._aiacc_xla_step = xla_step
     report = getattr(model, "aiacc_report", None)
     if report is not None and choice.ms:
         report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
                                    choice.reason])
     if hasattr(model, "_aiacc_fit_xla"):  # a Keras model: what model.fit compiles its step with
-        fit = choose_fit(chosen, xs, noisy, trainable, assigned, setting, random_ops)
+        fit = choose_fit(chosen, xs, noisy, trainable, assigned, setting,
+                         random_ops if xla_step is not chosen or choice.path.startswith("aiacc graph")
+                         else drawn, xla_step)
         model._aiacc_fit_xla = fit.path == FIT_XLA
         model.aiacc_fit_choice = fit
         if report is not None:
@@ -222,7 +295,7 @@ FIT_XLA = "Keras fit step (tf.function) + XLA (jit_compile=True)"
 
 
 def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list, setting: Any,
-               random_ops: list) -> Any:
+               random_ops: list, xla_step: Any = None) -> Any:
     """The TrainChoice of what `model.fit` compiles the aiacc model's train step with: FIT_XLA when one XLA
     program of the whole step (forward + backward, the chosen `step`'s Python body inlined) measures clearly
     faster than the same step in a plain tf.function and its loss and gradients agree (train_choice.choose,
@@ -244,11 +317,13 @@ def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list
         setting = False
     compile_s: dict[str, float] = {}
     body = getattr(step, "python_function", step)
+    # the XLA program inlines the step as AiaccTrainModel.call does under Keras' jit_compile: its XLA variant
+    xla_body = getattr(xla_step, "python_function", xla_step) if xla_step is not None else body
 
     def fit_step_of(kind: str, inputs: list = xs) -> Any:
         @tfm.function(autograph=False, jit_compile=(kind == FIT_XLA) or None)
         def run():
-            return _measured_step(body, inputs, trainable, assigned)
+            return _measured_step(xla_body if kind == FIT_XLA else body, inputs, trainable, assigned)
 
         def timed():  # the first call traces and (XLA) compiles: its time is the compile's
             if kind in compile_s:
@@ -334,12 +409,17 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
         def call(self, inputs, training=None):
             if training is False:
                 return self.original(inputs, training=False)
+            step = self._aiacc_step
+            if self._jit_compile is True and not tf().executing_eagerly():
+                # Keras traces its fit step for XLA: the step whose random draws XLA computes as TF does
+                step = self._aiacc_xla_step
             if isinstance(inputs, (list, tuple)) and not nested:  # a multi-input model: flat positional
-                return call_step(self._aiacc_step, *inputs)
-            return call_step(self._aiacc_step, inputs)
+                return call_step(step, *inputs)
+            return call_step(step, inputs)
 
     model = AiaccTrainModel(original, step)
     model._aiacc_fit_xla = False  # set by choose_step (choose_fit)
+    model._aiacc_xla_step = step  # set by export_training and choose_step (xla_variant)
     model.built = True
     return model
 
@@ -506,9 +586,7 @@ def _emit_recomputed(emitter: Any, nodes: list, later: set) -> None:
     out_flags: list = []
 
     def segment(*tensors):
-        from aiacc.plugins.tf.exporter import Emitter
-
-        sub = Emitter(emitter.graph)
+        sub = type(emitter)(emitter.graph)  # an XlaRandomEmitter's segment draws as it does
         for v, t, flag in zip(ins, tensors, in_flags):
             sub.env[id(v)] = (t, flag)
         for n in nodes:
