@@ -11,7 +11,8 @@ Candidates, every round each one step in turn (rotating who goes first), a barri
     1 rank, no comm   the same step without communication (scaling efficiency = its step / a candidate's)
     after backward    one all-reduce per gradient after backward (no overlap)
     DDP 25 MB         torch DistributedDataParallel, defaults (25 MB buckets, 1 MB first bucket)
-    DDP best          DDP with the best bucket size of a short interleaved sweep (1, 5, 50 MB)
+    DDP best          DDP with the best bucket size of a short interleaved sweep (1, 5, 50 MB; bucket_cap_mb given,
+                      torch 2.x caps the first bucket at that size too, and the simulator plans it so)
     Horovod 64 MB     gradients fused into 64 MB buffers after backward (Horovod's fusion threshold)
     DDP fp16 hook     DDP with its fp16_compress_hook
     aiacc / aiacc fp16  aiacc's DistributedOptimizer (its plan, fp32 / fp16 on the wire) with forward_module
@@ -203,6 +204,16 @@ _MARKS: list | None = None  # (phase, perf_counter) of each step's phases while 
 AFTER_BACKWARD = ("after backward", "Horovod 64 MB")  # candidates that reduce only once backward has ended
 
 
+def ddp_first_bucket(module) -> int:
+    """The first bucket's cap (bytes) of a DistributedDataParallel `module` as its torch builds it: its bucket
+    config's where it has one (torch 2.13: 1 MB with the default cap, else the cap itself), else torch's
+    default first bucket (1 MB)."""
+    import torch.distributed as dist
+
+    cfg = getattr(module, "_bucket_config", None)
+    return int(getattr(cfg, "first_bucket_bytes_cap", getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MB)))
+
+
 def after_backward_plan(plan, spec):
     """`plan` with no bucket starting before the backward of `spec` has ended (the candidates that reduce
     after backward; remade for the compute measured beside the candidates, which differs from the
@@ -254,10 +265,14 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
 
     def ddp(cap_mb, hook=None):
         model, _, f = build(name, rank)
-        d = DDP(model, bucket_cap_mb=cap_mb)
+        # 25 MB: DDP's defaults as its users get them (no bucket_cap_mb given): since torch 2.x an explicit
+        # bucket_cap_mb also caps the first bucket at that size (torch 2.13: 1 MB only for the default), so
+        # DDP(bucket_cap_mb=25) sent these models' gradients in one bucket after backward
+        d = DDP(model) if cap_mb == 25 else DDP(model, bucket_cap_mb=cap_mb)
         if hook:
             d.register_comm_hook(None, hook)
         return model, plain(d, f, sgd(d)), strategies.ddp(spec, bucket_cap=cap_mb * MB,
+                                                          first_bucket_cap=ddp_first_bucket(d),
                                                           compression="fp16" if hook else "none")
 
     if only_sweep:
@@ -330,9 +345,11 @@ def candidates(name: str, rank: int, world: int, sweep: tuple[int, ...], spec, d
         # made them ready, the order DDP rebuilds its buckets in after its first step): engine against engine
         for cap in (25,) + ((ddp_best_mb,) if ddp_best_mb not in (None, 25) else ()):
             m, _, f = build(name, rank)
-            # (strategies.ddp_layout: the same layout the planner's DDP-default guard falls back to)
+            # (strategies.ddp_layout: the same layout the planner's DDP-default guard falls back to), with the
+            # first bucket of the DDP row it is compared with (the cap itself where bucket_cap_mb was given)
+            first = out[f"DDP {cap} MB" if cap == 25 else f"DDP best ({cap} MB)"][2].params["first_bucket_cap"]
             opt = hvd.DistributedOptimizer(sgd(m), named_parameters=m.named_parameters(), model_spec=spec,
-                                           plan=strategies.ddp_layout(spec, cap))
+                                           plan=strategies.ddp_layout(spec, cap, first_mb=first / MB))
             out[f"aiacc engine, DDP {cap} MB plan"] = (m, plain(m, f, opt), opt.plan, "none", opt.finish_step, opt)
     if per_layer:  # per-layer waits whatever the prediction (overlap_forward=True)
         m, _, f = build(name, rank)

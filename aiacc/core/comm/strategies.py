@@ -180,13 +180,15 @@ def _required_gain(step_s: float, latency_s: float, margin: float, banked_s: flo
     return max(margin * step_s, latency_s, banked_s)
 
 
-def ddp_layout(model: ModelSpec, cap_mb: float = DDP_DEFAULT_MB, compression: str = "none") -> Plan:
-    """DDP's bucketing of `model`'s gradients (`ddp`: buckets of `cap_mb` MB, the first 1 MB, gradients in
+def ddp_layout(model: ModelSpec, cap_mb: float = DDP_DEFAULT_MB, compression: str = "none", *,
+               first_mb: float = 1.0) -> Plan:
+    """DDP's bucketing of `model`'s gradients (`ddp`: buckets of `cap_mb` MB, the first `first_mb` MB (DDP's
+    default 1 MB; torch 2.x DDP given bucket_cap_mb caps its first bucket at that size), gradients in
     the order the spec's backward makes them ready, the order DDP rebuilds its buckets in after its first
     step) as an "aiacc" plan whose params say where it comes from ({"from": "ddp", "bucket_cap": ...}):
     the layout the planner falls back to (`safe_family`, planning's DDP-default guard) and the one
     benchmarks/dp.py --same-plan runs on aiacc's engine, built here once for all of them."""
-    p = ddp(model, bucket_cap=int(cap_mb * MB), compression=compression)
+    p = ddp(model, bucket_cap=int(cap_mb * MB), first_bucket_cap=int(first_mb * MB), compression=compression)
     return Plan("aiacc", p.buckets, p.scheduling, compression, params={"from": "ddp", **p.params})
 
 
