@@ -153,3 +153,16 @@ def test_fallback_to_ddp_like_buckets_is_taken_and_said_when_aiacc_cannot_win_by
     if gain > 1e-3:
         kept, _, _ = aiacc_search(m, c, sync="step", fallback_margin=gain / 2)
         assert not kept.params.get("fallback") and kept.buckets == own.buckets
+
+
+def test_ddp_layout_takes_the_first_bucket_cap_its_torch_builds():
+    # torch 2.x DDP given bucket_cap_mb caps its first bucket at that size; DDP's default first bucket is 1 MB
+    from aiacc.core.comm import gradient_specs_from_params
+    from aiacc.core.comm.strategies import MB, ddp_layout
+
+    m = gradient_specs_from_params([(f"w{i}", (1 << 17,), "float32") for i in range(12)])  # 512 KB each
+    first = lambda p: sum(q.numel for q in p.buckets[0].pieces) * 4
+    assert first(ddp_layout(m, 5)) == 1 * MB  # the default: two 512 KB gradients
+    assert first(ddp_layout(m, 5, first_mb=5)) == 5 * MB
+    assert [len(b.pieces) for b in ddp_layout(m, 5, first_mb=5).buckets] == [10, 2]
+    assert ddp_layout(m, 5, first_mb=5).params["first_bucket_cap"] == 5 * MB
