@@ -3,8 +3,11 @@ BERT-style encoder (aiacc.zoo), per framework, for the original, the framework's
 mode="train" model. Times are interleaved in one process (medians, ratio = original / path, the original
 being the issue's: eager torch, Keras' fit step, imperative Gluon); the peak
 memory of each path is measured in a fresh subprocess per path (Linux: the process's peak resident set,
-VmHWM, reset through /proc/self/clear_refs after building and one warm-up step, so it is the step's own
+VmHWM, reset through /proc/self/clear_refs after building and two warm-up steps, so it is the step's own
 peak: activations, gradients, optimizer state and the framework's workspace, native allocations included).
+An aiacc path's subprocess builds aiacc's model with the step and fit choices the timing run made pinned by
+name (framework_compile=<step>, training.set_fit_path(<fit path>)), so none of the candidates that the
+choice measures at optimize time is built or resident there.
 
     torch   eager | torch.compile | aiacc.optimize(mode="train")
     tf      Keras eager step | tf.function step | tf.function(jit_compile=True) | aiacc in each of the three
@@ -116,6 +119,15 @@ def compile_option(args):
     return "auto" if args.child_compile is None else args.child_compile
 
 
+def pin_fit(fast, args) -> None:
+    """In a memory subprocess, the fit path the timing run chose (--child-fit), pinned without measuring
+    (training.set_fit_path), so the child builds no fit candidate: its peak is the chosen step's own."""
+    if args.child_fit:
+        from aiacc.plugins.tf.training import set_fit_path
+
+        set_fit_path(fast, args.child_fit)
+
+
 def chosen(fast) -> str:
     """What aiacc's train mode runs underneath (its measured choice), for the table."""
     return getattr(fast, "aiacc_train_path", None) or "aiacc graph"
@@ -154,7 +166,9 @@ def tf_paths(framework, model_name, batch, args) -> dict:
         def make():
             if "fast" not in built:
                 m, x = build(framework, model_name, batch, args)
-                built["fast"] = aiacc.optimize(m, x, mode="train", framework_compile=compile_option(args)), x
+                fast = aiacc.optimize(m, x, mode="train", framework_compile=compile_option(args))
+                pin_fit(fast, args)
+                built["fast"] = fast, x
             fast, x = built["fast"]
             xt = tf.constant(x)
             s = step_of(fast, lambda a: fast(a, training=True), compile_)
@@ -184,7 +198,11 @@ def tf_paths(framework, model_name, batch, args) -> dict:
         fit = getattr(fast, "aiacc_fit_choice", None)
         if fit is not None:
             print(f"{framework} {model_name} b{batch} aiacc fit choice: {fit.summary()}", flush=True)
-        return step, chosen(fast) + f"; fit {'XLA' if fast.jit_compile else 'tf.function'}"
+        if fit is not None and "drawn outside" in fit.path:
+            how = "dropout drawn outside one XLA program"
+        else:
+            how = "XLA" if fast.jit_compile else "tf.function"
+        return step, chosen(fast) + f"; fit {how}" + FIT_NOTE + (fit.path if fit is not None else "")
 
     paths = {"original (eager)": original(None), "tf.function": original(False), "tf.function XLA": original(True),
              "aiacc (eager loop)": optimized(None), "aiacc in tf.function": optimized(False),
@@ -197,6 +215,8 @@ def tf_paths(framework, model_name, batch, args) -> dict:
 
 # TF's original in the issue's sense: Keras' fit step (compile's jit_compile='auto': no XLA on a CPU)
 FIT = "Keras fit step"
+# the aiacc fit row's note carries the fit path it ran (after this marker) for its memory subprocess
+FIT_NOTE = " | fit path: "
 # a path left out by an option: the table prints it as skipped, with the reason
 SKIPPED = "skipped: --no-xla (XLA's compile of this model is minutes on this machine)"
 
@@ -297,9 +317,12 @@ def child(spec: str, args) -> int:
 def peak_memory(fw: str, model: str, batch: int, path: str, argv: list[str], note: str) -> dict | None:
     """The child's figures for one path, or None (printed to stderr) when it failed."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", f"{fw}:{model}:{batch}:{path}"]
-    if note and path != "aiacc fit step":  # an aiacc path: the child uses the timing run's choice instead of
-        # measuring again (the fit row measures again: its XLA choice is not pinned by the step's name)
-        cmd += ["--child-compile", note]
+    if note:  # an aiacc path: the child uses the timing run's choices (the step's, the fit step's) by name
+        # instead of measuring again, so no candidate of the choice is built there
+        step_note, _, fit_path = note.partition(FIT_NOTE)
+        cmd += ["--child-compile", step_note.split("; fit ")[0]]
+        if fit_path:
+            cmd += ["--child-fit", fit_path]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     for line in reversed(r.stdout.strip().splitlines()):
         if line.startswith("{"):
@@ -342,6 +365,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small BERT-style encoder, batch 8, 3 rounds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-compile", help=argparse.SUPPRESS)
+    ap.add_argument("--child-fit", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:  # minutes, not tens of minutes: the memory subprocesses are left out
         args.models, args.batches, args.seq, args.iters, args.no_memory = "bert_encoder", "8", 32, 3, True
@@ -367,6 +391,7 @@ def main(argv=None) -> int:
                     traceback.print_exc(file=sys.stderr)
                     continue
                 notes = {k: v[1] for k, v in built.items()}
+                shown = {k: v.split(FIT_NOTE)[0] for k, v in notes.items()}
                 del built
                 gc.collect()
                 base = median_ms(times[reference(list(times))])
@@ -374,10 +399,10 @@ def main(argv=None) -> int:
                     ms = median_ms(ts)
                     mem = None if args.no_memory else peak_memory(fw, model, batch, path, shared, notes[path])
                     table.add_row(fw, model, str(batch), path, f"{ms:.1f}", f"{base / ms:.2f}x",
-                                  "-" if mem is None else f"{mem['peak'] / mib:.0f}", notes[path])
+                                  "-" if mem is None else f"{mem['peak'] / mib:.0f}", shown[path])
                     console.print(f"{fw} {model} b{batch} {path}: {ms:.1f} ms ({base / ms:.2f}x)"
                                   + ("" if mem is None else f", peak {mem['peak'] / mib:.0f} MiB") +
-                                  (f" [{notes[path]}]" if notes[path] else ""), markup=False)
+                                  (f" [{shown[path]}]" if shown[path] else ""), markup=False)
                 for path, why in skipped.items():
                     table.add_row(fw, model, str(batch), path, "-", "-", "-", why)
                 console.print(summary(fw, model, batch, {k: median_ms(v) for k, v in times.items()}), markup=False)

@@ -122,6 +122,122 @@ def step_function(graph: Graph, variables: list, jit_compile: bool = False, xla_
                         jit_compile=jit_compile or None)
 
 
+# the candidate that draws the dropout masks in TF's own kernels outside XLA and runs the rest under XLA
+SPLIT_XLA = "aiacc graph + XLA (jit_compile=True), dropout drawn outside XLA"
+# set while a SplitStep's XLA program is traced: the random draws (node id -> tensor) it takes as inputs
+SPLIT_MASKS: contextvars.ContextVar = contextvars.ContextVar("aiacc_tf_split_masks", default=None)
+
+
+def in_xla_context() -> bool:
+    """Whether the function being traced is (inside) a jit_compile=True function: a nested XLA function's
+    gradient there recompiles every step, and TF's random ops draw XLA's numbers."""
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf().compat.v1.get_default_graph())
+
+
+def drawn_values(graph: Graph) -> list:
+    """The random ops of `graph` whose values a SplitStep draws outside XLA (every op that draws random
+    numbers, Keras' StatelessRandomUniformV2 among them; the key/counter derivation is only their input)."""
+    return [n for n in graph if "Random" in n.op and n.qualified_op != "tf::StatelessRandomGetKeyCounter"
+            and len(n.outputs) == 1]
+
+
+class MaskInputEmitter(Emitter):
+    """The TF emitter of a SplitStep's XLA program: each random op's value is the tensor drawn outside XLA."""
+
+    def __init__(self, graph: Graph, masks: dict):
+        super().__init__(graph)
+        self.masks = masks
+
+    def emit(self, node: Any) -> None:
+        if id(node) in self.masks:
+            self.set(node.outputs[0], self.masks[id(node)])
+            return
+        super().emit(node)
+
+
+class SplitStep:
+    """A training step in two parts: `draw` builds the graph's random draws (Keras' dropout uniforms and
+    what they read: the seed variable, the shapes) with TensorFlow's own kernels, outside any XLA program,
+    so the masks are bit for bit the original's; `body` is the step (reads the variables, runs the graph,
+    assigns the updates back) with those draws as inputs, for one jit_compile=True function that XLA
+    compiles with the backward (and, in fit, the optimizer update). XLA's own lowering of TF's Philox draws
+    other numbers, and philox.py's integer emulation costs ~80 ms of a BERT b8 step under XLA's CPU backend;
+    drawn outside, the masks cost what they cost in Keras' own step."""
+
+    def __init__(self, graph: Graph, variables: list):
+        self.graph = graph = lowerable_copy(graph)
+        self.n_data = graph.meta["tf_data_inputs"]
+        self.n_model = graph.meta["tf_model_outputs"]
+        by_input = {name: k for name, k, _ in graph.meta["tf_variables"]}
+        self.reads = [variables[by_input[v.name]] for v in graph.inputs[self.n_data:]]
+        self.assigns = [(i, variables[k]) for i, k in graph.meta["tf_assigns"]]
+        self.structure = graph.meta.get("tf_output_structure")
+        self.draws = drawn_values(graph)
+        if not self.draws:
+            raise UnsupportedError(f"graph {graph.name}: no random op to draw outside XLA")
+        # the draws' ancestors, in graph order: what `draw` emits
+        need = {id(n) for n in self.draws}
+        nodes = list(graph)
+        for n in reversed(nodes):
+            if id(n) in need:
+                need.update(id(v.producer) for v in n.inputs if v is not None and v.producer is not None)
+        self.draw_nodes = [n for n in nodes if id(n) in need]
+
+    def _inputs(self, args: tuple) -> list:
+        tfm = tf()
+        return list(tfm.nest.flatten(args)) + [tfm.convert_to_tensor(v) for v in self.reads]
+
+    def draw(self, *args: Any) -> list:
+        """The random draws of one step on `args` (the step's data inputs), in TF's kernels (call outside XLA)."""
+        e = Emitter(self.graph)
+        for v, x in zip(self.graph.inputs, self._inputs(args)):
+            e.env[id(v)] = (x, False)
+        for n in self.draw_nodes:
+            e.emit(n)
+        return [e.std(n.outputs[0]) for n in self.draws]
+
+    def body(self, masks: list, *args: Any) -> Any:
+        """The step on `args` with the random draws `masks` (draw's result) as inputs; assigns the state."""
+        e = MaskInputEmitter(self.graph, {id(n): m for n, m in zip(self.draws, masks)})
+        outs = e.run(self._inputs(args), identities=False)
+        for i, var in self.assigns:
+            var.assign(outs[i])
+        return pack_outputs(self.structure, outs[:self.n_model])
+
+    def xla_body(self, *args: Any) -> Any:
+        """The step on `args` for a caller's XLA program (nothing drawn outside it): XlaRandomEmitter's draws."""
+        outs = XlaRandomEmitter(self.graph).run(self._inputs(args), identities=False)
+        for i, var in self.assigns:
+            var.assign(outs[i])
+        return pack_outputs(self.structure, outs[:self.n_model])
+
+    def step_function(self) -> Any:
+        """The step as one tf.function (flat data inputs, as the exported step takes them): the draws in
+        TF's kernels, then the rest as a nested jit_compile=True function (inside a caller's tf.function
+        the Python body is inlined, the nested XLA call kept: call_step); its aiacc_split_traces
+        ["xla_traces"] counts the traces of that XLA function."""
+        tfm = tf()
+        holder = {"xla_traces": 0}
+
+        def xla_part(masks, args):
+            holder["xla_traces"] += 1
+            return self.body(masks, *args)
+
+        xla = tfm.function(xla_part, jit_compile=True, autograph=False, reduce_retracing=True)
+
+        def step(*args):
+            if in_xla_context():  # a caller's XLA program: one program, TF's Philox draws in integer ops
+                return self.xla_body(*args)
+            return xla(self.draw(*args), args)
+
+        fn = tfm.function(step, input_signature=input_signature(self.graph), autograph=False,
+                          reduce_retracing=True)
+        fn.aiacc_split_traces = holder  # the tests read that the XLA part was traced (and so runs)
+        return fn
+
+
 def _read_later(graph: Graph, nodes: list, recompute: dict) -> dict:
     """For each recomputed range's first node index: ids of the values read after the range or returned."""
     out = {}
@@ -212,7 +328,7 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     tfm = tf()
     graph = model.aiacc_graph.__dict__["_obj"]
     variables = model._aiacc_variables.__dict__["_obj"]
-    if example_inputs is None and setting in ("auto", FIT_XLA, FIT_GRAPH):
+    if example_inputs is None and setting in ("auto", *FIT_PATHS):
         return attach(model, TrainChoice("aiacc graph", reason="no example inputs to measure on"))
     given = [] if example_inputs is None else example_inputs
     xs = [tfm.constant(a) for a in (given if isinstance(given, (list, tuple)) else [given])]
@@ -241,8 +357,12 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     more = {} if original is None else {
         ORIGINAL_FUNCTION: lambda: original_step(original.__dict__["_obj"], jit_compile=False),
         ORIGINAL_XLA: lambda: original_step(original.__dict__["_obj"])}
+    # where the graph draws random numbers (Keras' dropout): the draws in TF's kernels, the rest under XLA
+    splittable = bool(drawn_values(graph)) and not graph.meta.get("tf_recompute")
+    if splittable:
+        more[SPLIT_XLA] = lambda: SplitStep(graph, variables).step_function()
     # a fit step candidate's name pins the fit choice (choose_fit); the step itself is then measured
-    step_setting = "auto" if setting in (FIT_XLA, FIT_GRAPH) else setting
+    step_setting = "auto" if setting in FIT_PATHS else setting
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
                             base, step_setting, "XLA (jit_compile=True)",
                             # an embedding's gradient is IndexedSlices: compared dense
@@ -276,10 +396,12 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
         report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
                                    choice.reason])
     if hasattr(model, "_aiacc_fit_xla"):  # a Keras model: what model.fit compiles its step with
+        split = SplitStep(graph, variables) if splittable else None
         fit = choose_fit(chosen, xs, noisy, trainable, assigned, setting,
                          random_ops if xla_step is not chosen or choice.path.startswith("aiacc graph")
-                         else drawn, xla_step)
+                         else drawn, xla_step, split)
         model._aiacc_fit_xla = fit.path == FIT_XLA
+        model._aiacc_fit_split = Untracked(split) if fit.path == FIT_SPLIT else None
         model.aiacc_fit_choice = fit
         if report is not None:
             report.note("fit_step", [f"model.fit: {fit.path}", *(f"{k}: {v:.1f} ms" for k, v in fit.ms.items()),
@@ -287,15 +409,46 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     return attach(model, choice)
 
 
+def set_fit_path(model: Any, path: str) -> Any:
+    """Pin what `model.fit` compiles the step of an aiacc TF training model (a Keras original's) with: one of
+    FIT_PATHS, unmeasured (a choice measured once, reproduced without measuring again: benchmarks/
+    training.py's memory subprocess). Returns the model; UnsupportedError for another model, OptionError for
+    another name, or FIT_SPLIT on a graph that draws no random numbers."""
+    from aiacc.errors import OptionError
+    from aiacc.plugins.train_choice import TrainChoice
+
+    if not hasattr(model, "_aiacc_fit_xla"):
+        raise UnsupportedError(f"set_fit_path: {type(model).__name__} is not an aiacc TF training model of a "
+                               f"Keras original")
+    if path not in FIT_PATHS:
+        raise OptionError(f"set_fit_path: the fit path must be one of {', '.join(map(repr, FIT_PATHS))}, "
+                          f"not {path!r}")
+    graph = model.aiacc_graph.__dict__["_obj"]
+    split = None
+    if path == FIT_SPLIT:
+        if not drawn_values(graph):
+            raise UnsupportedError(f"set_fit_path: graph {graph.name} draws no random numbers; {FIT_SPLIT!r} "
+                                   f"has nothing to draw outside XLA")
+        split = Untracked(SplitStep(graph, model._aiacc_variables.__dict__["_obj"]))
+    model._aiacc_fit_xla = path == FIT_XLA
+    model._aiacc_fit_split = split
+    model.aiacc_fit_choice = TrainChoice(path, reason="set_fit_path: pinned, not measured")
+    return model
+
+
 # the candidates of the fit step choice (choose_fit): the chosen step inlined into Keras' tf.function train
 # step as Keras runs it on a CPU (compile's jit_compile='auto' means False there), and the same whole step
 # (forward, backward and, in fit, the optimizer update) compiled as one XLA program
 FIT_GRAPH = "Keras fit step (tf.function)"
 FIT_XLA = "Keras fit step (tf.function) + XLA (jit_compile=True)"
+# the fit step with the dropout draws in TF's kernels (a SplitStep's draw) and forward, backward, optimizer
+# update and metrics as one nested XLA program (AiaccTrainModel.train_step)
+FIT_SPLIT = "Keras fit step (tf.function), dropout drawn outside one XLA program of the rest"
+FIT_PATHS = (FIT_XLA, FIT_GRAPH, FIT_SPLIT)
 
 
 def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list, setting: Any,
-               random_ops: list, xla_step: Any = None) -> Any:
+               random_ops: list, xla_step: Any = None, split: Any = None) -> Any:
     """The TrainChoice of what `model.fit` compiles the aiacc model's train step with: FIT_XLA when one XLA
     program of the whole step (forward + backward, the chosen `step`'s Python body inlined) measures clearly
     faster than the same step in a plain tf.function and its loss and gradients agree (train_choice.choose,
@@ -304,14 +457,21 @@ def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list
     graph (resnet_small b8: 19.2 vs 16.4 ms); one program of the whole step measured 0.84x of it (benchmarks/
     training.py), so only the caller's compile can win with XLA, and in fit aiacc is the caller.
     framework_compile: True uses XLA unmeasured, False or another candidate's name pinned keeps FIT_GRAPH,
-    FIT_XLA pins it. The XLA compile time (its first step) is in the reason."""
+    FIT_XLA pins it. The XLA compile time (its first step) is in the reason.
+    With `split` (a SplitStep: the graph draws dropout) FIT_SPLIT is measured too: the draws in TF's own
+    kernels in the tf.function, everything else in one nested XLA program, so XLA runs the step with the
+    original's masks without philox.py's integer Philox (~80 ms of a BERT b8 step under XLA); FIT_SPLIT pins
+    it."""
     import time
 
     from aiacc.plugins import train_choice
     from aiacc.plugins.train_choice import LOSS_DIFFERS, TrainChoice
 
     tfm = tf()
-    if setting not in ("auto", True, FIT_XLA, FIT_GRAPH):
+    if setting == FIT_SPLIT and split is None:
+        return TrainChoice(FIT_GRAPH, reason=f"framework_compile={setting!r}: the graph draws no random "
+                                             f"numbers, so there is nothing to draw outside XLA")
+    if setting not in ("auto", True, *FIT_PATHS):
         return TrainChoice(FIT_GRAPH, reason=f"framework_compile={setting!r}: the fit step is not measured")
     if setting == FIT_GRAPH:
         setting = False
@@ -321,9 +481,18 @@ def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list
     xla_body = getattr(xla_step, "python_function", xla_step) if xla_step is not None else body
 
     def fit_step_of(kind: str, inputs: list = xs) -> Any:
-        @tfm.function(autograph=False, jit_compile=(kind == FIT_XLA) or None)
-        def run():
-            return _measured_step(xla_body if kind == FIT_XLA else body, inputs, trainable, assigned)
+        if kind == FIT_SPLIT:
+            @tfm.function(autograph=False, jit_compile=True)
+            def rest(masks):
+                return _measured_step(lambda *a: split.body(masks, *a), inputs, trainable, assigned)
+
+            @tfm.function(autograph=False)
+            def run():
+                return rest(split.draw(*inputs))
+        else:
+            @tfm.function(autograph=False, jit_compile=(kind == FIT_XLA) or None)
+            def run():
+                return _measured_step(xla_body if kind == FIT_XLA else body, inputs, trainable, assigned)
 
         def timed():  # the first call traces and (XLA) compiles: its time is the compile's
             if kind in compile_s:
@@ -339,15 +508,23 @@ def choose_fit(step: Any, xs: list, noisy: list, trainable: list, assigned: list
                                  "XLA (jit_compile=True)",
                                  to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
                                                                        for g in r[1] if g is not None],
-                                 more={}, perturbed=perturbed)
+                                 more={} if split is None else {FIT_SPLIT: lambda: FIT_SPLIT},
+                                 perturbed=perturbed)
     if FIT_XLA in compile_s:
         fit.reason += f"; XLA's compile of the step took {compile_s[FIT_XLA]:.1f} s (once, at optimize time)"
+    if FIT_SPLIT in compile_s:
+        fit.reason += (f"; XLA's compile of the step with the dropout drawn outside took "
+                       f"{compile_s[FIT_SPLIT]:.1f} s")
     if random_ops and fit.refused(LOSS_DIFFERS, "XLA"):
         fit.reason += (f"; XLA draws its own random numbers ({random_ops[0]}: other dropout masks than "
                        f"TensorFlow's kernel from the same seed), so fit under XLA would not train as the "
                        f"original does; compile(jit_compile=True) runs it anyway")
     if fit.path == FIT_XLA:
         fit.reason += "; model.fit compiles its step with jit_compile=True unless compile() is given jit_compile=False"
+    if fit.path == FIT_SPLIT:
+        fit.reason += ("; model.fit draws the dropout masks with TensorFlow's kernels and runs the rest of its step "
+                       "(forward, backward, optimizer update, metrics) as one XLA program (compile(jit_compile="
+                       "True) compiles all of it instead, with philox.py's draws)")
     return fit
 
 
@@ -371,6 +548,11 @@ def original_step(original: Any, jit_compile: bool = True) -> Any:
         return original(*args)
 
     return tfm.function(step, jit_compile=jit_compile or None, reduce_retracing=True)
+
+
+def _step_args(inputs: Any, nested: bool) -> tuple:
+    """A Keras call's inputs as the step's positional arguments (a multi-input model: flat positional)."""
+    return tuple(inputs) if isinstance(inputs, (list, tuple)) and not nested else (inputs,)
 
 
 def call_step(step: Any, *args: Any) -> Any:
@@ -406,12 +588,38 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
                 return model_supports_jit(self)
             return super()._resolve_auto_jit_compile()
 
+        def train_step(self, data):
+            # FIT_SPLIT (choose_fit): the dropout draws here, in TF's kernels, the rest of Keras' own step in
+            # one nested XLA program that takes them as inputs (call reads them from SPLIT_MASKS)
+            split = self._aiacc_fit_split
+            if split is None or self._jit_compile is True or tf().executing_eagerly() or in_xla_context():
+                return super().train_step(data)
+            split = split.__dict__["_obj"]
+            x = keras.utils.unpack_x_y_sample_weight(data)[0]
+            masks = split.draw(*_step_args(x, nested))
+            if self._aiacc_split_train is None:
+                self._aiacc_split_train = Untracked(tf().function(self._aiacc_split_body, jit_compile=True,
+                                                                  autograph=False))
+            return self._aiacc_split_train.__dict__["_obj"](data, masks)
+
+        def _aiacc_split_body(self, data, masks):
+            token = SPLIT_MASKS.set(masks)
+            try:
+                self._aiacc_split_traces += 1
+                return super().train_step(data)
+            finally:
+                SPLIT_MASKS.reset(token)
+
         def call(self, inputs, training=None):
             if training is False:
                 return self.original(inputs, training=False)
+            masks = SPLIT_MASKS.get()
+            if masks is not None and self._aiacc_fit_split is not None:  # inside train_step's XLA program
+                return self._aiacc_fit_split.__dict__["_obj"].body(masks, *_step_args(inputs, nested))
             step = self._aiacc_step
-            if self._jit_compile is True and not tf().executing_eagerly():
-                # Keras traces its fit step for XLA: the step whose random draws XLA computes as TF does
+            if not tf().executing_eagerly() and (self._jit_compile is True or in_xla_context()):
+                # Keras traces its fit step for XLA, or a user's jit_compile=True step calls the model: the
+                # step whose random draws XLA computes as TF does (one program: no nested XLA function)
                 step = self._aiacc_xla_step
             if isinstance(inputs, (list, tuple)) and not nested:  # a multi-input model: flat positional
                 return call_step(step, *inputs)
@@ -420,6 +628,9 @@ def keras_model(original: Any, step: Any, nested: bool = False) -> Any:
     model = AiaccTrainModel(original, step)
     model._aiacc_fit_xla = False  # set by choose_step (choose_fit)
     model._aiacc_xla_step = step  # set by export_training and choose_step (xla_variant)
+    model._aiacc_fit_split = None  # set by choose_step: Untracked(SplitStep) where FIT_SPLIT was chosen
+    model._aiacc_split_train = None
+    model._aiacc_split_traces = 0  # traces of train_step's XLA program (read by the tests)
     model.built = True
     return model
 
