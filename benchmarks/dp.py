@@ -41,8 +41,8 @@ the simulator's predicted step for the candidate's plan on the same measured cos
 profiling, scaled to the slowest rank's step without communication in this run; all-reduce times
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 64 B to 16 MB, of all-reduces
 started back to back asynchronously as the engine and DDP queue their buckets (fp16 rows: its float16 medians,
-512 B to 8 MB; "after backward" and "Horovod 64 MB", loops of blocking calls: its medians of blocking calls one
-after another up to 1 MB); the
+512 B to 8 MB; "after backward" and "Horovod 64 MB", loops of blocking calls: its mean times of blocking calls
+of the sizes up to 1 MB issued in turn, `planning.loop_samples`); the
 measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
 backward beside a stream of 1 MB all-reduces, pooled (median) with the estimates of the aiacc candidates' own
 profiled steps, GradientScheduler's profile_contention, whose plans are chosen robustly over the pooled range);
@@ -502,7 +502,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     costs = {c: CostModel(cluster, compression=c) for c in ("none", "fp16")}  # fp16: its own samples
     report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
               "samples_fp16": planning.measurements("float16"),
-              "samples_blocking": planning.measurements(what="blocking"), "models": {}}
+              "samples_blocking": planning.measurements(what="blocking"),
+              "samples_loop": planning.measurements(what="loop"), "models": {}}
     for name in models:
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
@@ -718,7 +719,8 @@ def replay(path: str) -> list[dict]:
 
     out = []
     for rate, rep in json.loads(Path(path).read_text()).items():
-        blocking = tuple(tuple(map(float, x)) for x in rep.get("samples_blocking") or ())
+        # a loop of blocking calls: the mixed-size loop's means where the report has them (planning.with_blocking_costs)
+        blocking = tuple(tuple(map(float, x)) for x in rep.get("samples_loop") or rep.get("samples_blocking") or ())
         for name, m in rep["models"].items():
             if "spec" not in m:
                 raise SystemExit(f"{path}: {rate} {name} has no stored spec (a report from before dp.py stored it)")

@@ -51,6 +51,16 @@ _SAMPLES16: list[tuple[int, float]] = []
 # on one core per rank a small message costs less than queued in the stream the executor issues (_timed_allreduce)
 _BLOCKING: list[tuple[int, float]] = []
 BLOCKING_MAX_BYTES = 1 << 20  # above this a blocking call and a queued one measured alike (1 MB: 5.2 vs 4.7 ms)
+# (bytes, mean seconds) of blocking all-reduces of the calibration sizes up to BLOCKING_MAX_BYTES issued in turn,
+# one size after another (`_timed_loop`), as a loop over a model's gradients issues them: what a loop of
+# blocking calls is charged (`with_blocking_costs`). On one core per rank such calls' times are heavy-tailed and
+# depend on their neighbours (2 testbed nodes at 10 Gbit/s: a 1 MB call took 1.0-4.7 ms inside BERT's loop of
+# 42, a 1 KB one 0.2 ms after another small one and 2.2 ms after a 256 KB one, and the loop's total 51-86 ms from
+# one iteration to the next); from the same-size batches above (a median) the loop was predicted 15-40% short
+# (46 against 57 ms for the ResNet, 53 against 75 for BERT), from these means within -19% to +21%
+_LOOP: list[tuple[int, float]] = []
+LOOP_BUDGET_S = 1.5  # seconds of calibration the mixed loop may take (LOOP_MIN_ROUNDS..LOOP_MAX_ROUNDS rounds)
+LOOP_MIN_ROUNDS, LOOP_MAX_ROUNDS = 6, 48
 _CPU: list[tuple[int, float]] = []  # (bytes, CPU seconds of this process per message) of the same batches
 _CPU16: list[tuple[int, float]] = []
 BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyond a tbf burst / TCP window)
@@ -133,6 +143,8 @@ def measurements(dtype: str = "float32", what: str = "wall") -> list[tuple[int, 
         return list(_CPU16 if dtype == "float16" else _CPU)
     if what == "blocking":
         return blocking_samples()
+    if what == "loop":
+        return loop_samples()
     return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
 
 
@@ -146,11 +158,24 @@ def blocking_samples() -> list[tuple[int, float]]:
     return sorted(list(_BLOCKING) + [(b, t) for b, t in _SAMPLES if b > top])
 
 
+def loop_samples() -> list[tuple[int, float]]:
+    """The float32 (bytes, mean seconds) of blocking all-reduces of mixed sizes issued in turn (`calibrate`'s
+    `_timed_loop`, up to BLOCKING_MAX_BYTES) and the streamed samples above them, empty before `calibrate`."""
+    if not _LOOP:
+        return []
+    top = max(b for b, _ in _LOOP)
+    return sorted(list(_LOOP) + [(b, t) for b, t in _SAMPLES if b > top])
+
+
 def with_blocking_costs(cluster: ClusterSpec) -> ClusterSpec:
-    """`cluster` whose cost model charges all-reduces issued one blocking call after another
-    (`blocking_samples`) instead of queued ones: for predicting a loop of blocking dist.all_reduce calls
-    (not what the executor runs); `cluster` itself where none were measured."""
-    samples = blocking_samples()
+    """`cluster` whose cost model charges all-reduces issued one blocking call after another instead of
+    queued ones: for predicting a loop of blocking dist.all_reduce calls over a model's gradients (not what
+    the executor runs). Charged the mean times of such calls of mixed sizes in turn (`loop_samples`) where
+    they were measured, else those of same-size calls (`blocking_samples`); `cluster` itself where neither
+    was."""
+    samples = loop_samples()
+    if len({b for b, _ in samples}) < 2:
+        samples = blocking_samples()
     if len({b for b, _ in samples}) < 2:
         return cluster
     return dataclasses.replace(cluster, allreduce_samples=tuple((float(b), float(t)) for b, t in samples))
@@ -211,14 +236,41 @@ def _timed_allreduce(n: int, reps: int, dtype=None, blocking_calls: bool = False
     return float(np.median(times)), float(np.median(cpus))
 
 
+def loop_rounds(blocking: Sequence[tuple[float, float]], budget_s: float = LOOP_BUDGET_S) -> int:
+    """How many rounds `_timed_loop` runs over sizes whose blocking calls took `blocking` ((bytes, seconds)
+    each, one round one call of each size): as many as fit in `budget_s`, LOOP_MIN_ROUNDS to LOOP_MAX_ROUNDS."""
+    round_s = sum(float(t) for _, t in blocking)
+    if round_s <= 0:
+        return LOOP_MAX_ROUNDS
+    return int(min(LOOP_MAX_ROUNDS, max(LOOP_MIN_ROUNDS, budget_s // round_s)))
+
+
+def _timed_loop(numels: Sequence[int], rounds: int) -> list[tuple[int, float]]:
+    """(bytes, mean seconds) of a blocking float32 all-reduce of each of `numels` elements, the sizes issued
+    in turn one blocking call after another (forwards, then backwards the next round, after a barrier each
+    round), as a loop over a model's gradients issues them: the mean over `rounds` calls of each size, not a
+    median (such a loop pays every stall; its calls' times are heavy-tailed on a shared core). A collective:
+    every rank passes the same sizes and rounds."""
+    bufs = {int(n): torch.zeros(int(n)) for n in numels}
+    per: dict[int, list[float]] = {n: [] for n in bufs}
+    order = sorted(bufs)
+    for r in range(max(1, int(rounds))):
+        collective("calibration barrier", dist.barrier)
+        for n in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            collective("calibration all-reduce", lambda b=bufs[n]: dist.all_reduce(b))
+            per[n].append(time.perf_counter() - t0)
+    return [(4 * n, float(np.mean(per[n]))) for n in order]
+
+
 def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
               up_to_bytes: float | None = None) -> ClusterSpec:
     """The job's cluster as measured on the actual process group: for each of `sizes` float32 elements,
     the median over `reps` batches of the mean time of back-to-back all-reduces started asynchronously,
     as the executor queues a plan's buckets (`_timed_allreduce`), and the same sizes up to
-    BLOCKING_MAX_BYTES as blocking calls one after another (`blocking_samples`: for predicting such a loop,
-    and the link's banked idle time, since a queued small message costs more than one alone and that is no
-    banked time) (the median, not the
+    BLOCKING_MAX_BYTES as blocking calls one after another (`blocking_samples`: the link's banked idle time,
+    since a queued small message costs more than one alone and that is no banked time) and as a loop of
+    blocking calls of those sizes in turn (`loop_samples`, means: for predicting such a loop) (the median, not the
     fastest: a training step pays the typical time, scheduling delays of a loaded core included), kept
     as the cluster's `allreduce_samples` (the cost model interpolates them), with the least-squares
     alpha-beta line through them as the ClusterSpec's link figures (nodes x workers, LOCAL_WORLD_SIZE
@@ -260,6 +312,11 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     else:
         slowdowns = large = None
     timed, timed16, timed_blocking = broadcast_object((timed, timed16, timed_blocking), 0, "calibration")
+    # the same sizes again as a loop of blocking calls of mixed sizes (rank 0's blocking times set the rounds,
+    # so that every rank runs as many)
+    if len(timed_blocking) >= 2:
+        looped = _timed_loop([b // 4 for b, _ in timed_blocking], loop_rounds(timed_blocking))
+        _LOOP[:] = sorted(_LOOP + list(broadcast_object(looped, 0, "calibration loop")))
     _BLOCKING[:] = sorted(_BLOCKING + list(timed_blocking))
     _SAMPLES[:] = sorted(_SAMPLES + [(b, w) for b, (w, _) in timed])
     _SAMPLES16[:] = sorted(_SAMPLES16 + [(b, w) for b, (w, _) in timed16])

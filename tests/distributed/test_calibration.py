@@ -155,3 +155,42 @@ def test_blocking_costs_take_the_blocking_samples_and_the_streamed_ones_above_th
     b = planning.with_blocking_costs(c)
     assert CostModel(b).time(64) == pytest.approx(1e-3) and CostModel(c).time(64) == pytest.approx(3e-3)
     assert CostModel(b).time(1 << 24) == pytest.approx(CostModel(c).time(1 << 24))
+
+
+def test_loop_calibration_issues_mixed_sizes_blocking_and_is_what_blocking_loops_are_charged(monkeypatch):
+    """_timed_loop: each round one blocking call of every size, in turn (forwards, then backwards), after a
+    barrier, and the mean per size; with_blocking_costs charges those means (and the streamed samples above
+    them) over the same-size blocking samples; loop_rounds fits the budget within its bounds. A fake process
+    group records the calls; no timing is asserted."""
+    from aiacc.distributed import planning
+
+    log = []
+
+    class FakeDist:
+        def all_reduce(self, t, async_op=False):
+            assert not async_op
+            log.append(t.numel())
+
+        def barrier(self):
+            log.append("barrier")
+
+    monkeypatch.setattr(planning, "dist", FakeDist())
+    out = planning._timed_loop([256, 16, 1 << 12], rounds=3)
+    assert log == ["barrier", 16, 256, 4096, "barrier", 4096, 256, 16, "barrier", 16, 256, 4096]
+    assert [b for b, _ in out] == [64, 1024, 16384] and all(t >= 0 for _, t in out)
+    assert planning.loop_rounds([(64, 0.01), (1024, 0.02)], budget_s=0.3) == 10
+    assert planning.loop_rounds([(64, 1.0)], budget_s=0.3) == planning.LOOP_MIN_ROUNDS
+    assert planning.loop_rounds([(64, 1e-5)]) == planning.LOOP_MAX_ROUNDS
+
+    stream = [(64, 3e-3), (1 << 20, 5e-3), (1 << 24, 0.03)]
+    c = ClusterSpec(2, 1, 1.25e9, allreduce_samples=tuple((float(b), t) for b, t in stream))
+    monkeypatch.setattr(planning, "_SAMPLES", list(stream))
+    monkeypatch.setattr(planning, "_BLOCKING", [(64, 1e-3), (1 << 20, 4e-3)])
+    monkeypatch.setattr(planning, "_LOOP", [])
+    assert CostModel(planning.with_blocking_costs(c)).time(64) == pytest.approx(1e-3)  # no loop: same-size
+    monkeypatch.setattr(planning, "_LOOP", [(64, 2e-3), (1 << 20, 6e-3)])
+    assert planning.loop_samples() == [(64, 2e-3), (1 << 20, 6e-3), (1 << 24, 0.03)]
+    assert planning.measurements(what="loop") == planning.loop_samples()
+    b = planning.with_blocking_costs(c)
+    assert CostModel(b).time(64) == pytest.approx(2e-3) and CostModel(b).time(1 << 20) == pytest.approx(6e-3)
+    assert CostModel(b).time(1 << 24) == pytest.approx(CostModel(c).time(1 << 24))

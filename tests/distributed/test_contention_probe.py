@@ -190,8 +190,14 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     monkeypatch.setattr(planning, "cluster_shape", lambda world: (2, 1))
     monkeypatch.setattr(planning, "broadcast_object", lambda obj, root, what: obj)
 
-    blocking = []
+    blocking, loops = [], []
     monkeypatch.setattr(planning, "_BLOCKING", [])
+    monkeypatch.setattr(planning, "_LOOP", [])
+
+    def fake_loop(numels, rounds):
+        loops.append((list(numels), rounds))
+        return [(4 * n, 2e-3 + 8e-9 * 4 * n) for n in numels]
+    monkeypatch.setattr(planning, "_timed_loop", fake_loop)
 
     def fake_time(n, reps, dtype=None, blocking_calls=False):
         (blocking if blocking_calls else timed).append((n, dtype))
@@ -222,6 +228,9 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     # the same sizes as blocking calls one after another, up to BLOCKING_MAX_BYTES, each once (float32)
     assert blocking == [(n, None) for n in planning.calibration_sizes(1 << 20) if 4 * n <= planning.BLOCKING_MAX_BYTES]
     assert [b for b, _ in planning.blocking_samples()] == [4 * n for n in planning.calibration_sizes(1 << 20)]
+    # and as one loop of mixed sizes per call, over the new blocking sizes only
+    assert [n for n, _ in loops] == [[16, 1 << 8, 1 << 12], [1 << 14, 1 << 16, 1 << 18]]
+    assert [b for b, _ in planning.loop_samples()] == [4 * n for n in planning.calibration_sizes(1 << 20)]
 
 
 def test_the_probe_at_a_second_size_fits_the_contention_exponent(fake_job, monkeypatch):
