@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from aiacc.core.ir import Graph
+from aiacc.core.ir import Graph, const_value
 from aiacc.errors import AiaccError, UnsupportedError, first_line
 from aiacc.plugins.tf._tf import tf
 from aiacc.plugins.tf.exporter import Emitter, Untracked, input_signature, lowerable_copy, module_name, pack_outputs
@@ -30,7 +30,146 @@ from aiacc.plugins.tf.importer import _is_keras_model, model_variables
 TRAINING_RUN: contextvars.ContextVar = contextvars.ContextVar("aiacc_tf_training_run", default=None)
 
 
-class XlaRandomEmitter(Emitter):
+def _producer(v: Any, *ops: str) -> Any:
+    """v's producer when it is one of `ops` (qualified names or bare op names), else None."""
+    p = None if v is None else v.producer
+    return p if p is not None and (p.op in ops or p.qualified_op in ops) else None
+
+
+def _perm(node: Any) -> list | None:
+    return None if node is None else [int(a) for a in node.attrs.get("perm", [])]
+
+
+def _other(node: Any, v: Any) -> Any:
+    """The other input of a two-input node one of whose inputs is `v` (None when neither is)."""
+    a, b = node.inputs[:2]
+    return b if a is v else a if b is v else None
+
+
+def match_batchnorm(y: Any) -> dict | None:
+    """Keras' BatchNormalization in training (tf.nn.moments, then x * inv + (beta - mean * inv) with
+    inv = rsqrt(var + eps) * gamma) ending at the Add node `y`, on an NCHW rank-4 float32 IR value x read
+    channels-last: {"x", "gamma", "beta", "eps", "mean", "var" (the Squeeze nodes of the batch statistics,
+    read by the moving-average updates), "skip" (ids of the pattern's other nodes, read by nothing outside
+    it)}; None when `y` is not that pattern."""
+    if y.op != "Add" or len(y.inputs) != 2:
+        return None
+    for mul1, sub in ((_producer(y.inputs[0], "Mul"), _producer(y.inputs[1], "Sub")),
+                      (_producer(y.inputs[1], "Mul"), _producer(y.inputs[0], "Sub"))):
+        if mul1 is not None and sub is not None:
+            break
+    else:
+        return None
+    # mul1 = Transpose(x, to NHWC) * inv
+    xt = next((v for v in mul1.inputs if _perm(_producer(v, "Transpose")) == [0, 2, 3, 1]), None)
+    if xt is None:
+        return None
+    inv = _other(mul1, xt)
+    x = xt.producer.inputs[0]
+    mul_inv = _producer(inv, "Mul")
+    beta, mul2 = sub.inputs[0], _producer(sub.inputs[1], "Mul")
+    if mul_inv is None or mul2 is None or beta is None or not beta.is_graph_input or inv not in mul2.inputs:
+        return None
+    mean_v = _other(mul2, inv)
+    rs = next((v for v in mul_inv.inputs if _producer(v, "Reciprocal", "Rsqrt") is not None), None)
+    if rs is None:
+        return None
+    gamma = _other(mul_inv, rs)
+    rnode = rs.producer
+    add_eps = _producer(rnode.inputs[0], "Add") if rnode.op == "Rsqrt" else _producer(
+        getattr(_producer(rnode.inputs[0], "Sqrt"), "inputs", [None])[0], "Add")
+    if gamma is None or not gamma.is_graph_input or add_eps is None:
+        return None
+    eps_v = next((v for v in add_eps.inputs if const_value(v) is not None), None)
+    if eps_v is None or np.asarray(const_value(eps_v)).size != 1:
+        return None
+    var_v = _other(add_eps, eps_v)
+    sq_mean, sq_var = _producer(mean_v, "Squeeze"), _producer(var_v, "Squeeze")
+    if sq_mean is None or sq_var is None:
+        return None
+    mt, vt = _producer(sq_mean.inputs[0], "Transpose"), _producer(sq_var.inputs[0], "Transpose")
+    mean, var = (None if t is None else _producer(t.inputs[0], "ReduceMean") for t in (mt, vt))
+    if mean is None or var is None or mean.inputs[0] is not x:
+        return None
+    sqd = _producer(var.inputs[0], "Mul")
+    if sqd is None or sqd.inputs[0] is not sqd.inputs[1]:
+        return None
+    diff = _producer(sqd.inputs[0], "Sub")
+    if diff is None or diff.inputs[0] is not x:
+        return None
+    t_back = _producer(diff.inputs[1], "Transpose")
+    stop = None if t_back is None else _producer(t_back.inputs[0], "tf::StopGradient")
+    if stop is None or stop.inputs[0] is not mt.outputs[0]:
+        return None
+    for r in (mean, var):
+        axes = const_value(r.inputs[1]) if len(r.inputs) > 1 else None
+        if axes is None or sorted(int(a) % 4 for a in np.asarray(axes).reshape(-1)) != [0, 2, 3]:
+            return None
+    if (x.dtype != "float32" or x.shape is None or len(x.shape) != 4 or mean_v.shape is None
+            or len(mean_v.shape) != 1):
+        return None
+    skip = [mean, mt, stop, t_back, diff, sqd, var, vt, add_eps, rnode, mul_inv, mul1, mul2, sub, xt.producer]
+    if rnode.op == "Reciprocal":
+        skip.append(rnode.inputs[0].producer)
+    inside = {id(n) for n in skip} | {id(y), id(sq_mean), id(sq_var)}
+    for n in skip:
+        for o in n.outputs:
+            if o.is_graph_output or any(id(u) not in inside for u in o.users()):
+                if n is xt.producer:  # x's channels-last transpose read elsewhere: it is then emitted too
+                    continue
+                return None
+    return {"x": x, "gamma": gamma, "beta": beta, "eps": float(np.asarray(const_value(eps_v)).reshape(-1)[0]),
+            "mean": sq_mean, "var": sq_var, "y": y, "skip": {id(n) for n in skip if n is not xt.producer}}
+
+
+class TrainEmitter(Emitter):
+    """The TF emitter of a training step. With `fuse_batchnorm`, each Keras BatchNormalization in training
+    (match_batchnorm) runs as one FusedBatchNormV3 (is_training=True, channels-last): its batch mean and
+    variance feed the moving averages as Keras' moments do (the kernel's Bessel-corrected variance scaled
+    back to Keras' biased one), and its gradient is TF's fused BatchNorm gradient, the same function of the
+    input as the gradient of Keras' moments graph (whose stopped mean has no gradient path)."""
+
+    fuse_batchnorm = False
+
+    def run(self, xs: list, identities: bool = True) -> list:
+        self._bn: dict[int, dict] = {}
+        if self.fuse_batchnorm:
+            for n in self.graph:
+                m = match_batchnorm(n)
+                if m is not None:
+                    for k in ("mean", "var", "y"):
+                        self._bn[id(m[k])] = m
+                    for k in m["skip"]:
+                        self._bn[k] = None  # not emitted
+        return super().run(xs, identities)
+
+    def emit(self, node: Any) -> None:
+        bn = getattr(self, "_bn", None)
+        if not bn or id(node) not in bn:
+            return self._emit(node)
+        m = bn[id(node)]
+        if m is None:
+            return None
+        if "out" not in m:
+            tfm = tf()
+            x = self.nhwc(m["x"])
+            empty = tfm.constant([], tfm.float32)
+            y, mean, var = tfm.raw_ops.FusedBatchNormV3(
+                x=x, scale=self.std(m["gamma"]), offset=self.std(m["beta"]), mean=empty, variance=empty,
+                epsilon=m["eps"], exponential_avg_factor=1.0, data_format="NHWC", is_training=True)[:3]
+            count = tfm.cast(tfm.size(x) // tfm.shape(x)[-1], tfm.float32)
+            # the kernel returns the variance with Bessel's correction; Keras' moments the biased one
+            m["out"] = {"y": y, "mean": mean, "var": var * ((count - 1.0) / count)}
+        for k in ("mean", "var", "y"):
+            if m[k] is node:
+                self.set(node.outputs[0], m["out"][k])  # y: the IR's value is channels-last already
+        return None
+
+    def _emit(self, node: Any) -> None:
+        super().emit(node)
+
+
+class XlaRandomEmitter(TrainEmitter):
     """The TF emitter for a step that XLA compiles: TensorFlow's stateless Philox draws (Keras' dropout:
     StatelessRandomGetKeyCounter, a float32 StatelessRandomUniformV2 with the Philox or auto-select alg)
     written in integer ops (aiacc/plugins/tf/philox.py), which XLA computes bit for bit as TensorFlow's
@@ -75,14 +214,29 @@ def xla_random_ops(graph: Graph) -> list:
     return sorted(out)
 
 
-def step_function(graph: Graph, variables: list, jit_compile: bool = False, xla_random: bool | None = None) -> Any:
+def fused(cls: type, fuse_batchnorm: bool) -> type:
+    """The emitter class `cls` (a TrainEmitter) with its BatchNorm fusion on or off."""
+    if not fuse_batchnorm:
+        return cls
+    return type(f"FusedBatchNorm{cls.__name__}", (cls,), {"fuse_batchnorm": True})
+
+
+def has_fusable_batchnorm(graph: Graph) -> bool:
+    """Whether the lowered training graph has a Keras BatchNormalization that TrainEmitter fuses."""
+    return any(n.op == "Add" and match_batchnorm(n) is not None for n in graph)
+
+
+def step_function(graph: Graph, variables: list, jit_compile: bool = False, xla_random: bool | None = None,
+                  fuse_batchnorm: bool = False) -> Any:
     """The tf.function (flat data inputs -> outputs in the original structure) of a training-mode graph:
     reads the variables, runs the graph, assigns the updated state back; compiled by XLA with
     jit_compile=True (its gradient function too). `xla_random` (default: jit_compile) emits TensorFlow's
     Philox draws in integer ops (XlaRandomEmitter), for a step that XLA compiles, here or in a caller's
-    jit_compile function (Keras' fit step under XLA): the same dropout masks as TensorFlow's kernels."""
+    jit_compile function (Keras' fit step under XLA): the same dropout masks as TensorFlow's kernels.
+    `fuse_batchnorm`: Keras' BatchNormalizations as FusedBatchNormV3 (TrainEmitter)."""
     tfm = tf()
-    emitter = XlaRandomEmitter if (jit_compile if xla_random is None else xla_random) else Emitter
+    emitter = fused(XlaRandomEmitter if (jit_compile if xla_random is None else xla_random) else TrainEmitter,
+                    fuse_batchnorm)
     graph = lowerable_copy(graph)
     n_data = graph.meta["tf_data_inputs"]
     n_model = graph.meta["tf_model_outputs"]
@@ -122,6 +276,8 @@ def step_function(graph: Graph, variables: list, jit_compile: bool = False, xla_
                         jit_compile=jit_compile or None)
 
 
+# the candidate with each Keras BatchNormalization in training as one FusedBatchNormV3 (TrainEmitter)
+FUSED_BN = "aiacc graph, BatchNorm as FusedBatchNormV3"
 # the candidate that draws the dropout masks in TF's own kernels outside XLA and runs the rest under XLA
 SPLIT_XLA = "aiacc graph + XLA (jit_compile=True), dropout drawn outside XLA"
 # set while a SplitStep's XLA program is traced: the random draws (node id -> tensor) it takes as inputs
@@ -143,7 +299,7 @@ def drawn_values(graph: Graph) -> list:
             and len(n.outputs) == 1]
 
 
-class MaskInputEmitter(Emitter):
+class MaskInputEmitter(TrainEmitter):
     """The TF emitter of a SplitStep's XLA program: each random op's value is the tensor drawn outside XLA."""
 
     def __init__(self, graph: Graph, masks: dict):
@@ -361,6 +517,8 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     splittable = bool(drawn_values(graph)) and not graph.meta.get("tf_recompute")
     if splittable:
         more[SPLIT_XLA] = lambda: SplitStep(graph, variables).step_function()
+    if not graph.meta.get("tf_recompute") and has_fusable_batchnorm(lowerable_copy(graph)):
+        more[FUSED_BN] = lambda: step_function(graph, variables, fuse_batchnorm=True)
     # a fit step candidate's name pins the fit choice (choose_fit); the step itself is then measured
     step_setting = "auto" if setting in FIT_PATHS else setting
     chosen, choice = choose("aiacc graph", lambda: step_function(graph, variables, jit_compile=True), step_of,
