@@ -20,6 +20,8 @@ example it was traced at, and at other batch sizes only where verify's second-ba
 """
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 import warnings
 import weakref
@@ -333,8 +335,12 @@ def _deepcopy_with_hooks(self: Any, memo: dict) -> Any:
 
     import torch.fx as fx
 
+    from aiacc.plugins.torch import script_executor
+
     hooks = [(h, k in self._forward_pre_hooks_with_kwargs) for k, h in self._forward_pre_hooks.items()]
-    res = fx.GraphModule.__deepcopy__(self, memo)
+    with _without_executor(self) as executor:
+        res = fx.GraphModule.__deepcopy__(self, memo)
+    script_executor.restore(res, copy.deepcopy(executor, memo))
     if not res._forward_pre_hooks:
         for hook, with_kwargs in hooks:
             res.register_forward_pre_hook(copy.deepcopy(hook, memo), with_kwargs=with_kwargs)
@@ -349,13 +355,34 @@ def _reduce_with_hooks(self: Any) -> tuple:
     import torch.fx as fx
 
     hooks = [(h, k in self._forward_pre_hooks_with_kwargs) for k, h in self._forward_pre_hooks.items()]
-    return (_with_hooks, (fx.GraphModule.__reduce__(self), hooks))
+    with _without_executor(self) as executor:
+        reduced = fx.GraphModule.__reduce__(self)
+    return (_with_hooks, (reduced, hooks, executor))
 
 
-def _with_hooks(reduced: tuple, hooks: list) -> Any:
-    """The unpickled GraphModule with its forward pre-hooks registered again."""
+def _with_hooks(reduced: tuple, hooks: list, executor: dict | None = None) -> Any:
+    """The unpickled GraphModule with its forward pre-hooks registered again (and its TorchScript executor,
+    script_executor.py, traced again at its first call)."""
+    from aiacc.plugins.torch import script_executor
+
     module = reduced[0](*reduced[1])
     for hook, with_kwargs in hooks:
         module.register_forward_pre_hook(hook, with_kwargs=with_kwargs)
     keep_hooks_when_pickled(module)
+    script_executor.restore(module, executor)
     return module
+
+
+@contextlib.contextmanager
+def _without_executor(module: Any):
+    """fx's own pickling and deepcopy of `module` without its TorchScript executor (an instance `forward`,
+    which they would copy beside fx's); yields what a copy needs to trace its own (or None)."""
+    from aiacc.plugins.torch import script_executor
+
+    state = script_executor.executor_state(module)
+    saved = {k: module.__dict__.pop(k) for k in ("forward", script_executor.SLOT, "aiacc_executor")
+             if k in module.__dict__}
+    try:
+        yield state
+    finally:
+        module.__dict__.update(saved)

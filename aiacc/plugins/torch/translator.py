@@ -302,6 +302,11 @@ class TorchPlugin(Plugin):
                 out = level3_guard.choose(self, model, out, example_inputs)
             if auto_backend:  # measured: native or onnxruntime (backend_choice.py)
                 out = _choose_backend(self, model, out, example_inputs)
+            if example_inputs is not None and options["mode"] == "inference" and \
+                    options.get("backend", "native") in ("native", "auto"):
+                from aiacc.plugins.torch import script_executor  # measured: fx's Python forward or TorchScript
+
+                out = script_executor.choose(out, model, example_inputs, getattr(out, "aiacc_report", None))
             if example_inputs is not None and hasattr(out, "register_forward_pre_hook"):
                 from aiacc.plugins.torch.export_frontend import ArgumentGuard  # untraced keywords: an error
 
