@@ -227,6 +227,9 @@ def _safe_pick(safe: list[Plan], results: list[SimResult], latency_s: float, mar
     return d if results[default].iteration_s - results[d].iteration_s > need else default
 
 
+SIZE_LADDER = 6  # aiacc_search's bucket sizes also include the gradient bytes / 2, / 4, ... / 2**SIZE_LADDER
+
+
 def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "none",
                  cost: CostModel | None = None, baselines: bool = True, refine_rounds: int = 40,
                  sync: str = "layer", fallback_margin: float = 0.0) -> tuple[Plan, SimResult, list[SimResult]]:
@@ -272,7 +275,14 @@ def aiacc_search(model: ModelSpec, cluster: ClusterSpec, *, compression: str = "
             return best, safe_res[d], [safe_res[d]]
     # the size at which latency is 1/16 of the transfer; scan a factor of 64 around it
     knee = lin.latency / lin.coef * 16 if lin.coef > 0 else total
-    sizes = sorted({float(max(64 * 1024, min(total, knee * 2.0 ** e))) for e in range(-3, 4)})
+    sizes = {float(max(64 * 1024, min(total, knee * 2.0 ** e))) for e in range(-3, 4)}
+    # and the model's gradient bytes halved up to SIZE_LADDER times: on measured samples the bound line's
+    # slope can be far below the link's rate (a large latency intercept under samples that rise with size),
+    # which put the knee at 80 MB for an 11 MB ResNet at 1 Gbit/s and every scanned size at the whole model,
+    # so no plan of small buckets (the ones per-layer waits need) was a candidate: 146 ms found, where a
+    # 9-bucket priority plan ran 136 on the same link
+    sizes |= {float(total / 2 ** k) for k in range(1, SIZE_LADDER + 1) if total / 2 ** k >= 64 * 1024}
+    sizes = sorted(sizes)
     candidates: list[Plan] = []
     for scheduling in ("priority", "fifo"):
         candidates.append(dp_plan(model, cluster, partition=None, cap=None, scheduling=scheduling,

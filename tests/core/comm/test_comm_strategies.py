@@ -166,3 +166,43 @@ def test_ddp_layout_takes_the_first_bucket_cap_its_torch_builds():
     assert first(ddp_layout(m, 5, first_mb=5)) == 5 * MB
     assert [len(b.pieces) for b in ddp_layout(m, 5, first_mb=5).buckets] == [10, 2]
     assert ddp_layout(m, 5, first_mb=5).params["first_bucket_cap"] == 5 * MB
+
+
+# the 1 Gbit/s testbed ResNet of benchmarks/dp.py as one run measured it: (layer, forward ms, backward ms,
+# gradient elements), all-reduce (bytes, s) samples and CPU samples, compute slowdown beside 1 MB messages
+_RESNET_1G = [("conv1", 2.85, 3.9, 7056), ("bn1", 4.39, 6.0, 96), ("layer1.0.conv1", 3.41, 4.6, 20736),
+              ("layer1.0.bn1", 0.45, 0.62, 96), ("layer1.0.conv2", 3.22, 4.47, 20736), ("layer1.0.bn2", 0.44, 0.54, 96),
+              ("layer2.0.downsample.0", 1.25, 1.73, 4608), ("layer2.0.downsample.1", 0.19, 0.26, 192),
+              ("layer2.0.conv1", 2.56, 3.51, 41472), ("layer2.0.bn1", 0.3, 0.37, 192),
+              ("layer2.0.conv2", 3.02, 4.13, 82944), ("layer2.0.bn2", 0.23, 0.32, 192),
+              ("layer3.0.downsample.0", 0.86, 1.19, 18432), ("layer3.0.downsample.1", 0.2, 0.28, 384),
+              ("layer3.0.conv1", 2.63, 3.6, 165888), ("layer3.0.bn1", 0.13, 0.18, 384),
+              ("layer3.0.conv2", 3.18, 4.4, 331776), ("layer3.0.bn2", 0.12, 0.17, 384),
+              ("layer4.0.downsample.0", 0.86, 1.18, 73728), ("layer4.0.downsample.1", 0.53, 0.72, 768),
+              ("layer4.0.conv1", 5.52, 7.55, 663552), ("layer4.0.bn1", 0.47, 0.61, 768),
+              ("layer4.0.conv2", 8.0, 10.95, 1327104), ("layer4.0.bn2", 0.52, 0.65, 768), ("fc", 0.25, 0.3, 3850)]
+_RESNET_1G_SAMPLES = ((64.0, 0.00224), (1024.0, 0.00259), (16384.0, 0.0023), (65536.0, 0.00236), (262144.0, 0.00217),
+                      (1048576.0, 0.00866), (4194304.0, 0.03323), (16777216.0, 0.13974))
+_RESNET_1G_CPU = ((64.0, 0.0014), (1024.0, 0.00153), (16384.0, 0.0012), (65536.0, 0.00154), (262144.0, 0.00062),
+                  (1048576.0, 0.00144), (4194304.0, 0.00448), (16777216.0, 0.01251))
+
+
+def test_search_scans_small_buckets_where_the_measured_bound_line_is_flat(monkeypatch):
+    """On the testbed's 1 Gbit/s samples (flat up to 256 KB, then the link's rate) the bound line's slope is
+    ~0 and the latency-knee scan alone reached only sizes around the whole model (knee 80 MB for 11 MB of
+    gradients): with per-layer waits the search must still consider small buckets (its size ladder, model
+    bytes / 2 ... / 64), and finds a plan clearly faster than the 4 large buckets it found without them."""
+    from aiacc.core.comm import GradientSpec, Layer, ModelSpec
+    from aiacc.core.comm import strategies
+
+    cluster = ClusterSpec(2, 1, 1.23e8, inter_latency=1.1e-3, compute_slowdown=1.36,
+                          allreduce_samples=_RESNET_1G_SAMPLES, allreduce_cpu_samples=_RESNET_1G_CPU,
+                          contention_exponent=0.0)
+    spec = ModelSpec("resnet", tuple(Layer(n, f * 1e-3, b * 1e-3, (GradientSpec(n + ".w", k, "float32", (k,)),))
+                                     for n, f, b, k in _RESNET_1G))
+    monkeypatch.setattr(strategies, "SIZE_LADDER", 0)
+    plan0, without = aiacc_search(spec, cluster, sync="layer")[:2]
+    monkeypatch.undo()
+    plan, found = aiacc_search(spec, cluster, sync="layer")[:2]
+    assert found.iteration_s < without.iteration_s * 0.95, (found.iteration_s, without.iteration_s)
+    assert len(plan.buckets) > len(plan0.buckets) and plan.scheduling == "priority"
