@@ -42,8 +42,9 @@ profiling, scaled to the slowest rank's step without communication in this run; 
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 64 B to 16 MB, of all-reduces
 started back to back asynchronously as the engine and DDP queue their buckets (fp16 rows: its float16 medians,
 512 B to 8 MB; "after backward" and "Horovod 64 MB", loops of blocking calls: its mean times of blocking calls
-of the sizes up to 1 MB issued in turn, `planning.loop_samples`); the
-measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
+of the sizes up to 1 MB issued in turn, `planning.loop_samples`); each candidate's compute also carries its
+bucketing passes over the gradients outside the all-reduce (3 per gradient, "after backward" 1: `host_passes`, at
+`planning.host_cost`'s seconds per byte); the measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
 backward beside a stream of 1 MB all-reduces, pooled (median) with the estimates of the aiacc candidates' own
 profiled steps, GradientScheduler's profile_contention, whose plans are chosen robustly over the pooled range);
 the lower bound of any plan on those costs (meas/LB: with the
@@ -212,6 +213,25 @@ def ddp_first_bucket(module) -> int:
 
     cfg = getattr(module, "_bucket_config", None)
     return int(getattr(cfg, "first_bucket_bytes_cap", getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", MB)))
+
+
+def host_passes(label: str) -> int:
+    """Passes over each gradient that candidate `label` makes on the core outside the all-reduce itself
+    (planning.host_cost): "after backward" one (its division), every other candidate that communicates
+    three (DDP: copy into the bucket, divide, copy out; Horovod's fusion: concatenate, divide, copy back;
+    aiacc's engine: zero the bucket view, autograd's accumulation into it, the 1/world scale)."""
+    return 1 if label == "after backward" else 3
+
+
+def with_host_work(spec, host_s: float):
+    """`spec` with each layer's backward longer by `host_s` seconds per byte of its gradients (a candidate's
+    bucketing passes, done as each gradient is ready); `spec` itself for 0."""
+    from aiacc.core.comm import Layer, ModelSpec
+
+    if host_s <= 0:
+        return spec
+    return ModelSpec(spec.name, tuple(Layer(l.name, l.forward_s, l.backward_s + host_s * sum(g.nbytes for g in l.grads),
+                                            l.grads) for l in spec.layers))
 
 
 def after_backward_plan(plan, spec):
@@ -499,11 +519,13 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     hvd.init()
     rank, world = hvd.rank(), hvd.size()
     cluster = planning.calibrate(reps=calibration_reps)
+    # seconds per gradient byte of one bucketing pass on this core (rank 0's): charged to each row's compute
+    host = float(hvd.broadcast_object(planning.host_cost(), 0, "host cost"))
     costs = {c: CostModel(cluster, compression=c) for c in ("none", "fp16")}  # fp16: its own samples
     report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
               "samples_fp16": planning.measurements("float16"),
               "samples_blocking": planning.measurements(what="blocking"),
-              "samples_loop": planning.measurements(what="loop"), "models": {}}
+              "samples_loop": planning.measurements(what="loop"), "host_s_per_byte": host, "models": {}}
     for name in models:
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
@@ -562,8 +584,10 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
             else:
                 sync = plan.params.get("sync", "step") if label.startswith("aiacc") else "step"
                 row_cluster, row_cost = cluster, costs[compression]
+                # the candidate's bucketing passes over its gradients on the core (`host_passes`)
+                row_spec = with_host_work(spec, host_passes(label) * host)
                 if label in AFTER_BACKWARD:  # starts when this run's (scaled) backward ends
-                    plan = after_backward_plan(plan, spec)
+                    plan = after_backward_plan(plan, row_spec)
                     # a loop of blocking dist.all_reduce calls: charged the all-reduces measured that way, not
                     # the engine's queued ones (on one core per rank a small queued message costs 2-3x more)
                     row_cluster = planning.with_blocking_costs(cluster)
@@ -573,9 +597,9 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
                 # all-reduce, so the block is (block - 1) steady iterations and one of sync "step"
                 # (simulate's iteration: backward start to the next forward's end); the lower bound of any
                 # plan likewise (lower_bound's docstring)
-                sim = simulate(spec, row_cluster, plan, row_cost, validate=False, sync=sync)
+                sim = simulate(row_spec, row_cluster, plan, row_cost, validate=False, sync=sync)
                 it = sim.iteration_s
-                it_step = it if sync == "step" else simulate(spec, row_cluster, plan, row_cost,
+                it_step = it if sync == "step" else simulate(row_spec, row_cluster, plan, row_cost,
                                                              validate=False, sync="step").iteration_s
                 lb_layer, lb_step = bounds[compression, True]
                 pred = ((block - 1) * it + it_step) / block
@@ -742,8 +766,11 @@ def replay(path: str) -> list[dict]:
                 # blocking calls one after another (the worker's rule), where the report has those samples
                 row = dataclasses.replace(cluster, allreduce_samples=blocking) \
                     if label in AFTER_BACKWARD and len(blocking) >= 2 else cluster
-                it = simulate(spec, row, plan, validate=False, sync=sync).iteration_s
-                it_step = simulate(spec, row, plan, validate=False, sync="step").iteration_s
+                row_spec = with_host_work(spec, host_passes(label) * float(rep.get("host_s_per_byte", 0.0)))
+                if label in AFTER_BACKWARD:
+                    plan = after_backward_plan(plan, row_spec)
+                it = simulate(row_spec, row, plan, validate=False, sync=sync).iteration_s
+                it_step = simulate(row_spec, row, plan, validate=False, sync="step").iteration_s
                 lb = ((block - 1) * lower_bound(spec, cluster, compression=plan.compression, contention=True)
                       + lower_bound(spec, cluster, compression=plan.compression, sync="step", contention=True)) / block
                 out.append({"rate": rate, "model": name, "label": label, "measured": statistics.median(r["times"]),
