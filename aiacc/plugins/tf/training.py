@@ -146,7 +146,7 @@ class TrainEmitter(Emitter):
     def emit(self, node: Any) -> None:
         bn = getattr(self, "_bn", None)
         if not bn or id(node) not in bn:
-            return self._emit(node)
+            return super().emit(node)
         m = bn[id(node)]
         if m is None:
             return None
@@ -164,9 +164,6 @@ class TrainEmitter(Emitter):
             if m[k] is node:
                 self.set(node.outputs[0], m["out"][k])  # y: the IR's value is channels-last already
         return None
-
-    def _emit(self, node: Any) -> None:
-        super().emit(node)
 
 
 class XlaRandomEmitter(TrainEmitter):
