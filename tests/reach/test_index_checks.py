@@ -234,6 +234,7 @@ WRITES = {
     "scatter_add": (lambda x, i: x.scatter_add(1, i, torch.ones_like(x)), RuntimeError, r"0\.\.9"),
     "scatter_reduce": (lambda x, i: x.scatter_reduce(1, i, torch.ones_like(x), "amax"), RuntimeError, r"0\.\.9"),
     "index_add": (lambda x, i: x.index_add(1, i[0], torch.ones(3, 2)), RuntimeError, r"0\.\.9"),
+    "index_copy": (lambda x, i: x.index_copy(1, i[0], torch.ones(3, 2)), IndexError, r"0\.\.9"),
     "index_put": (lambda x, i: x.index_put((torch.tensor([0, 2]), i[0]), torch.tensor(5.0)), IndexError,
                   r"-10\.\.9"),
 }
@@ -270,3 +271,29 @@ def test_a_write_outside_its_axis_raises(op, backend):
             with pytest.raises(GuardError, match=rf"{op} \(node .*\): an index is outside dimension 1's 10 entries "
                                                  rf".*indices must be in {allowed}\)"):
                 fast(*bad)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_index_copy_refuses_a_negative_index_as_eager_and_index_fill_takes_it_as_eager(frontend):
+    """Eager's index_copy raises IndexError on a negative index (0..n-1), index_fill counts it from the end
+    (-n..n-1): the same under both frontends (torch.export would decompose index_copy into index_put, which
+    accepts -n..n-1; aiacc translates index_copy itself)."""
+    copy_model = Write(WRITES["index_copy"][0]).eval()
+    fill_model = Write(lambda x, i: x.index_fill(1, i[0], 3.0)).eval()
+    example = (X, torch.tensor([[1, 2], [3, 4], [5, 9]]))
+    negative = (X, torch.tensor([[-1, 3]] * 3))
+    fast_copy = _quiet(aiacc.optimize, copy_model, example, frontend=frontend)
+    fast_fill = _quiet(aiacc.optimize, fill_model, example, frontend=frontend)
+    with torch.no_grad():
+        with pytest.raises(IndexError):
+            copy_model(*negative)
+        with pytest.raises(GuardError, match=r"index_copy \(node .*indices must be in 0\.\.9\)"):
+            fast_copy(*negative)
+        np.testing.assert_allclose(fast_fill(*negative).numpy(), fill_model(*negative).numpy())
+        too_low = (X, torch.tensor([[-11, 3]] * 3))
+        with pytest.raises(IndexError):
+            fill_model(*too_low)
+        with pytest.raises(GuardError, match=r"index_fill \(node .*indices must be in -10\.\.9\)"):
+            fast_fill(*too_low)
+        fresh = (X, torch.tensor([[0, 9]] * 3))
+        np.testing.assert_allclose(fast_copy(*fresh).numpy(), copy_model(*fresh).numpy(), rtol=1e-6)

@@ -267,7 +267,47 @@ def _index_put(imp, x, indices, values, accumulate=False):
     return index_put(imp, x, tuple(indices), values, accumulate)
 
 
-ATEN.update({"index_put": _index_put, "index_put_": _index_put,
+@FUNCTIONS.register(torch.index_copy)
+@METHODS.register("index_copy", "index_copy_")
+def _index_copy(imp, x, dim, index, source, *, out=None):
+    """x.index_copy(dim, index, source): out[..., index[i], ...] = source[..., i, ...], an index_put on axis
+    `dim`. An index computed from the inputs is checked at run time in 0..size-1: eager's index_copy raises
+    IndexError on any other, a negative one too (where index_put, which torch.export decomposes it into, counts
+    a negative index from the end), so it is translated here rather than decomposed."""
+    if out is not None:
+        raise Untranslatable("out= argument")
+    x = tensor(x)
+    index = _index_value(imp, index)
+    if index is None or rank(index) > 1:
+        raise Untranslatable("index_copy with an index that is not 0-d or 1-d")
+    axis = norm_axis(int(dim), rank(x))
+    check_axis_index(imp, index, imp.shape_of(x)[axis], axis, "index_copy", False, "IndexError")
+    if rank(index) == 0:
+        index = imp.op("Reshape", index, imp.ints([1]))
+    return index_put(imp, x, tuple([None] * axis + [index]), tensor(source, "source"), checked=False)
+
+
+@FUNCTIONS.register(torch.index_fill)
+@METHODS.register("index_fill", "index_fill_")
+def _index_fill(imp, x, dim, index, value):
+    """x.index_fill(dim, index, value): an index_put of the one value on axis `dim`. An index computed from the
+    inputs is checked at run time in -size..size-1, as eager's index_fill (a negative index counts from the end;
+    torch.export's decomposition goes through index_copy, which does not take one)."""
+    x = tensor(x)
+    index = _index_value(imp, index)
+    if index is None or rank(index) > 1:
+        raise Untranslatable("index_fill with an index that is not 0-d or 1-d")
+    axis = norm_axis(int(dim), rank(x))
+    check_axis_index(imp, index, imp.shape_of(x)[axis], axis, "index_fill", True, "IndexError")
+    if rank(index) == 0:
+        index = imp.op("Reshape", index, imp.ints([1]))
+    if isinstance(value, Value) and rank(value) != 0:
+        raise Untranslatable("index_fill with a value that is not one element")
+    return index_put(imp, x, tuple([None] * axis + [index]), value, checked=False)
+
+
+ATEN.update({"index_put": _index_put, "index_put_": _index_put, "index_copy": _index_copy,
+             "index_fill": _index_fill,
              "_unsafe_index_put": lambda imp, x, indices, values, accumulate=False: index_put(
                  imp, x, tuple(indices), values, accumulate, checked=False),
              "scatter": lambda imp, x, dim, index, src, reduce=None: _scatter(
