@@ -649,9 +649,12 @@ def _leaf_err(expected, got) -> float:
 
 
 def _backend_of(fast) -> str:
-    """Where aiacc's result runs: the torch fx module (native), onnxruntime or aiacc's runtime."""
+    """Where aiacc's result runs: the torch fx module (native; "TorchScript" where its executor traced the
+    exported graph: aiacc/plugins/torch/script_executor.py), onnxruntime or aiacc's runtime."""
     if isinstance(fast, torch.fx.GraphModule):
-        return "native (torch fx)"
+        from aiacc.plugins.torch.script_executor import executor_of
+
+        return "native (TorchScript)" if executor_of(fast) is not None else "native (torch fx)"
     cls = type(fast).__name__
     return {"OrtModule": "onnxruntime"}.get(cls, cls)
 
