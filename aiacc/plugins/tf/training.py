@@ -523,7 +523,12 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
                             # an embedding's gradient is IndexedSlices: compared dense
                             to_arrays=lambda r: [r[0].numpy()] + [tfm.convert_to_tensor(g).numpy()
                                                                   for g in r[1] if g is not None],
-                            more=more, perturbed=perturbed)
+                            more=more, perturbed=perturbed,
+                            # aiacc's graph with the BatchNorms fused is kept unless another is clearly
+                            # faster: the same computation in fewer kernels (resnet_small b32: 0.87-0.91x of
+                            # the unfused graph in two runs, a tie at b8), so timing noise does not flip a
+                            # measured gain back to the unfused graph
+                            keep=FUSED_BN if FUSED_BN in more else None)
     # random ops whose numbers aiacc's XLA candidates do not reproduce (XlaRandomEmitter writes Keras'
     # stateless Philox dropout in integer ops, which XLA computes as TF's kernels do)
     random_ops = xla_random_ops(graph)
