@@ -32,6 +32,7 @@ torch.save / deepcopy keep the choice: the copy traces its own core (on its own 
 """
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from typing import Any
@@ -474,6 +475,9 @@ def executor_forward(gm: fx.GraphModule):
         if torch.compiler.is_compiling() or torch.jit.is_tracing():
             return type(module).forward(module, *args, **kwargs)
         return module.__dict__[SLOT](*args, **kwargs)
+    # callers read the original's parameter names off `fast.forward` (inspect.signature): keep fx's forward's
+    forward.__signature__ = inspect.signature(type(gm).forward.__get__(gm))
+    forward.__doc__ = type(gm).forward.__doc__
     return forward
 
 

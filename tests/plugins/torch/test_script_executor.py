@@ -6,6 +6,7 @@ is asserted."""
 from __future__ import annotations
 
 import copy
+import inspect
 import io
 import warnings
 
@@ -55,7 +56,9 @@ def test_forced_executor_runs_equal_and_keeps_the_interface(bert, monkeypatch):
     ex.core = real
     assert calls and type(got) is type(want) and list(got.keys()) == list(want.keys())
     assert _max_err(want, got) <= 1e-4 and _max_err(fx_out, got) <= 1e-5
-    # positional call: the same signature as the original's forward
+    # positional call: the same signature as the original's forward (and inspect.signature says fx's, not *args)
+    assert inspect.signature(fast.forward) == inspect.signature(type(fast).forward.__get__(fast))
+    assert list(inspect.signature(fast.forward).parameters)[:2] == ["input_ids", "attention_mask"]
     with torch.no_grad():
         assert _max_err(want, fast(fresh["input_ids"], fresh["attention_mask"])) <= 1e-4
     # a call with autograd on runs the fx forward (the core was traced without it)
