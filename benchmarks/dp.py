@@ -42,7 +42,9 @@ profiling, scaled to the slowest rank's step without communication in this run; 
 interpolated between `aiacc.distributed.planning.calibrate`'s medians at 8 sizes, 64 B to 16 MB, of all-reduces
 started back to back asynchronously as the engine and DDP queue their buckets (fp16 rows: its float16 medians,
 512 B to 8 MB; "after backward" and "Horovod 64 MB", loops of blocking calls: its mean times of blocking calls
-of the sizes up to 1 MB issued in turn, `planning.loop_samples`); each candidate's compute also carries its
+of the sizes up to 1 MB issued in turn, `planning.loop_samples`; a bucket sent alone, the network idle before it
+and nothing queued behind it, also its lone all-reduce's excess over the queued one, from 1 MB up:
+ClusterSpec.allreduce_samples_alone); each candidate's compute also carries its
 bucketing passes over the gradients outside the all-reduce (3 per gradient, "after backward" 1: `host_passes`, at
 `planning.host_cost`'s seconds per byte); the measured contention of compute and communication: `planning.probe_contention`, the model's own forward +
 backward beside a stream of 1 MB all-reduces, pooled (median) with the estimates of the aiacc candidates' own
@@ -525,7 +527,8 @@ def worker(out: str, models: list[str], steps: int, warmup: int, sweep: tuple[in
     report = {"cluster": cluster.__dict__, "samples": planning.measurements(),
               "samples_fp16": planning.measurements("float16"),
               "samples_blocking": planning.measurements(what="blocking"),
-              "samples_loop": planning.measurements(what="loop"), "host_s_per_byte": host, "models": {}}
+              "samples_loop": planning.measurements(what="loop"), "samples_alone": planning.measurements(what="alone"),
+              "host_s_per_byte": host, "models": {}}
     for name in models:
         model, _, loss_fn = build(name, rank)
         spec = measured_spec(model, loss_fn, profile_reps)
@@ -764,7 +767,7 @@ def replay(path: str) -> list[dict]:
                             p["scheduling"], p["compression"], p["notes"], p["params"])
                 sync = (r.get("sync") or "step") if label.startswith("aiacc") else "step"
                 # blocking calls one after another (the worker's rule), where the report has those samples
-                row = dataclasses.replace(cluster, allreduce_samples=blocking) \
+                row = dataclasses.replace(cluster, allreduce_samples=blocking, allreduce_samples_alone=None) \
                     if label in AFTER_BACKWARD and len(blocking) >= 2 else cluster
                 row_spec = with_host_work(spec, host_passes(label) * float(rep.get("host_s_per_byte", 0.0)))
                 if label in AFTER_BACKWARD:

@@ -61,6 +61,12 @@ BLOCKING_MAX_BYTES = 1 << 20  # above this a blocking call and a queued one meas
 _LOOP: list[tuple[int, float]] = []
 LOOP_BUDGET_S = 1.5  # seconds of calibration the mixed loop may take (LOOP_MIN_ROUNDS..LOOP_MAX_ROUNDS rounds)
 LOOP_MIN_ROUNDS, LOOP_MAX_ROUNDS = 6, 48
+# (bytes, seconds) of one float32 all-reduce alone after a barrier, from ALONE_MIN_BYTES up: a step's last bucket
+# runs alone, and on one core per rank gloo's worker threads pipeline queued messages that a lone one cannot use
+# (2 testbed nodes at 10 Gbit/s: 4 MB 6.9 ms alone, 4.1 ms each of two queued), so the queued samples charged a
+# lone last bucket too little (ClusterSpec.allreduce_samples_alone, the simulator's lone-bucket rule)
+_ALONE: list[tuple[int, float]] = []
+ALONE_MIN_BYTES = 1 << 20
 _CPU: list[tuple[int, float]] = []  # (bytes, CPU seconds of this process per message) of the same batches
 _CPU16: list[tuple[int, float]] = []
 BATCH_BYTES = 2 << 20  # bytes of back-to-back all-reduces per timed batch (beyond a tbf burst / TCP window)
@@ -145,6 +151,8 @@ def measurements(dtype: str = "float32", what: str = "wall") -> list[tuple[int, 
         return blocking_samples()
     if what == "loop":
         return loop_samples()
+    if what == "alone":
+        return list(_ALONE)
     return list(_SAMPLES16 if dtype == "float16" else _SAMPLES)
 
 
@@ -164,7 +172,9 @@ def loop_samples() -> list[tuple[int, float]]:
     if not _LOOP:
         return []
     top = max(b for b, _ in _LOOP)
-    return sorted(list(_LOOP) + [(b, t) for b, t in _SAMPLES if b > top])
+    # above the loop's sizes: each blocking call is a message alone (its alone sample where measured)
+    above = [(b, t) for b, t in _ALONE if b > top] or [(b, t) for b, t in _SAMPLES if b > top]
+    return sorted(list(_LOOP) + above)
 
 
 def with_blocking_costs(cluster: ClusterSpec) -> ClusterSpec:
@@ -178,7 +188,9 @@ def with_blocking_costs(cluster: ClusterSpec) -> ClusterSpec:
         samples = blocking_samples()
     if len({b for b, _ in samples}) < 2:
         return cluster
-    return dataclasses.replace(cluster, allreduce_samples=tuple((float(b), float(t)) for b, t in samples))
+    # every call of such a loop is charged in the table (no lone-bucket extra on top of it)
+    return dataclasses.replace(cluster, allreduce_samples=tuple((float(b), float(t)) for b, t in samples),
+                               allreduce_samples_alone=None)
 
 
 def calibration_sizes(up_to_bytes: float | None = None, sizes: Sequence[int] = CALIBRATION_SIZES) -> tuple[int, ...]:
@@ -234,6 +246,19 @@ def _timed_allreduce(n: int, reps: int, dtype=None, blocking_calls: bool = False
         times.append((time.perf_counter() - t0) / k)
         cpus.append((time.process_time() - c0) / k)
     return float(np.median(times)), float(np.median(cpus))
+
+
+def _timed_alone(n: int, reps: int) -> float:
+    """Seconds of one blocking float32 all-reduce of `n` elements sent alone (after a barrier, nothing queued
+    behind it): the median over `reps` (at least 3). A collective."""
+    buf = torch.zeros(n)
+    times = []
+    for _ in range(max(3, reps)):
+        collective("calibration barrier", dist.barrier)
+        t0 = time.perf_counter()
+        collective("calibration all-reduce", lambda: dist.all_reduce(buf))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def loop_rounds(blocking: Sequence[tuple[float, float]], budget_s: float = LOOP_BUDGET_S) -> int:
@@ -303,6 +328,7 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     timed16 = [(2 * n, _timed_allreduce(n, reps, torch.float16)) for n in new if n >= FP16_MIN_NUMEL]
     timed_blocking = [(4 * n, _timed_allreduce(n, reps, blocking_calls=True)[0]) for n in new
                       if 4 * n <= BLOCKING_MAX_BYTES]
+    timed_alone = [(4 * n, _timed_alone(n, reps)) for n in new if 4 * n >= ALONE_MIN_BYTES]
     probe_numel = min(PROBE_NUMEL, max(want))
     large_numel = min(SHAPE_FACTOR * probe_numel, max(want))  # the second size: how contention falls with size
     if _CLUSTER is None:  # probe messages no larger than the largest calibrated one (the plans' buckets)
@@ -311,7 +337,9 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
             if large_numel >= 4 * probe_numel and len(_CPU) >= 2 else None
     else:
         slowdowns = large = None
-    timed, timed16, timed_blocking = broadcast_object((timed, timed16, timed_blocking), 0, "calibration")
+    timed, timed16, timed_blocking, timed_alone = broadcast_object((timed, timed16, timed_blocking, timed_alone), 0,
+                                                                   "calibration")
+    _ALONE[:] = sorted(_ALONE + list(timed_alone))
     # the same sizes again as a loop of blocking calls of mixed sizes (rank 0's blocking times set the rounds,
     # so that every rank runs as many)
     if len(timed_blocking) >= 2:
@@ -327,7 +355,8 @@ def calibrate(reps: int = 5, sizes: Sequence[int] = CALIBRATION_SIZES, *,
     pairs = lambda pts: tuple((float(b), float(t)) for b, t in pts) if len({b for b, _ in pts}) >= 2 else None
     cluster = dataclasses.replace(cluster_from_fit(lat, coef, world, nodes), banked_s=banked_time(blocking_samples()),
                                   allreduce_samples=pairs(samples), allreduce_samples_fp16=pairs(samples16),
-                                  allreduce_cpu_samples=pairs(_CPU), allreduce_cpu_samples_fp16=pairs(_CPU16))
+                                  allreduce_cpu_samples=pairs(_CPU), allreduce_cpu_samples_fp16=pairs(_CPU16),
+                                  allreduce_samples_alone=pairs(_ALONE))
     if slowdowns is None:  # a later call: the contention measured first is kept
         cs, ns = _CLUSTER.compute_slowdown, _CLUSTER.comm_slowdown
         cluster = dataclasses.replace(cluster, slowdown_estimates=_CLUSTER.slowdown_estimates,

@@ -1,6 +1,7 @@
 """Calibration of the transport (aiacc.distributed.planning): the alpha-beta fit, the multi-node ClusterSpec
 whose cost model reproduces the measured line, and a real calibration on 2 testbed nodes (its shape, never
 its timing)."""
+import dataclasses
 import numpy as np
 import pytest
 
@@ -188,9 +189,18 @@ def test_loop_calibration_issues_mixed_sizes_blocking_and_is_what_blocking_loops
     monkeypatch.setattr(planning, "_BLOCKING", [(64, 1e-3), (1 << 20, 4e-3)])
     monkeypatch.setattr(planning, "_LOOP", [])
     assert CostModel(planning.with_blocking_costs(c)).time(64) == pytest.approx(1e-3)  # no loop: same-size
+    monkeypatch.setattr(planning, "_ALONE", [])
     monkeypatch.setattr(planning, "_LOOP", [(64, 2e-3), (1 << 20, 6e-3)])
     assert planning.loop_samples() == [(64, 2e-3), (1 << 20, 6e-3), (1 << 24, 0.03)]
     assert planning.measurements(what="loop") == planning.loop_samples()
     b = planning.with_blocking_costs(c)
     assert CostModel(b).time(64) == pytest.approx(2e-3) and CostModel(b).time(1 << 20) == pytest.approx(6e-3)
     assert CostModel(b).time(1 << 24) == pytest.approx(CostModel(c).time(1 << 24))
+    # above the loop's sizes each blocking call is a lone message: its alone sample where measured, and no
+    # lone-bucket extra on top of the loop's table
+    monkeypatch.setattr(planning, "_ALONE", [(1 << 20, 7e-3), (1 << 24, 0.04)])
+    assert planning.loop_samples() == [(64, 2e-3), (1 << 20, 6e-3), (1 << 24, 0.04)]
+    alone = dataclasses.replace(c, allreduce_samples_alone=((1 << 20, 7e-3), (1 << 24, 0.04)))
+    assert CostModel(alone).alone_extra(1 << 24) == pytest.approx(0.01)
+    b = planning.with_blocking_costs(alone)
+    assert b.allreduce_samples_alone is None and CostModel(b).time(1 << 24) == pytest.approx(0.04)

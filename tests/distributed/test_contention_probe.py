@@ -190,9 +190,15 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     monkeypatch.setattr(planning, "cluster_shape", lambda world: (2, 1))
     monkeypatch.setattr(planning, "broadcast_object", lambda obj, root, what: obj)
 
-    blocking, loops = [], []
+    blocking, loops, alone = [], [], []
     monkeypatch.setattr(planning, "_BLOCKING", [])
     monkeypatch.setattr(planning, "_LOOP", [])
+    monkeypatch.setattr(planning, "_ALONE", [])
+
+    def fake_alone(n, reps):
+        alone.append(n)
+        return 3e-3 + 16e-9 * 4 * n
+    monkeypatch.setattr(planning, "_timed_alone", fake_alone)
 
     def fake_loop(numels, rounds):
         loops.append((list(numels), rounds))
@@ -231,6 +237,10 @@ def test_calibration_measures_only_the_sizes_needed_and_extends(monkeypatch):
     # and as one loop of mixed sizes per call, over the new blocking sizes only
     assert [n for n, _ in loops] == [[16, 1 << 8, 1 << 12], [1 << 14, 1 << 16, 1 << 18]]
     assert [b for b, _ in planning.loop_samples()] == [4 * n for n in planning.calibration_sizes(1 << 20)]
+    # one message alone after a barrier, from ALONE_MIN_BYTES up (a single size: no cluster samples of it yet)
+    assert alone == [n for n in planning.calibration_sizes(1 << 20) if 4 * n >= planning.ALONE_MIN_BYTES] == [1 << 18]
+    assert planning.measurements(what="alone") == [(1 << 20, pytest.approx(3e-3 + 16e-9 * (1 << 20)))]
+    assert big.allreduce_samples_alone is None
 
 
 def test_the_probe_at_a_second_size_fits_the_contention_exponent(fake_job, monkeypatch):

@@ -18,6 +18,7 @@ average per-byte cost beyond it, the smallest sample's time below it), and the a
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -54,6 +55,13 @@ class CostModel:
         if compression == "fp16" and cluster.allreduce_samples_fp16:
             samples = cluster.allreduce_samples_fp16
         self.measured = self._measured(samples) if samples else None
+        # a lone message's extra seconds over a queued one, at each size sent alone (float32 samples, by wire
+        # bytes: the threads' pipelining it lacks does not depend on the dtype)
+        self.alone = None
+        if cluster.allreduce_samples_alone and cluster.allreduce_samples:
+            xs, ys = self._measured(cluster.allreduce_samples_alone)
+            queued = CostModel(dataclasses.replace(cluster, allreduce_samples_fp16=None, allreduce_samples_alone=None))
+            self.alone = xs, np.maximum(0.0, ys - np.asarray(queued.time(xs), dtype=float))
 
     @staticmethod
     def _measured(samples) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +115,15 @@ class CostModel:
         if algorithm not in self.terms:
             raise CommError(f"unknown all-reduce algorithm {algorithm!r}; expected one of {ALGORITHMS}")
         return self.terms[algorithm](nbytes)
+
+    def alone_extra(self, nbytes) -> float:
+        """Seconds a message of `nbytes` takes beyond `time` when it is sent alone (an idle network before it,
+        no other message queued while it runs): the measured alone samples' excess over the queued cost,
+        interpolated in size (from 0 at 0 bytes, the largest sample's beyond it); 0 without alone samples."""
+        if self.alone is None:
+            return 0.0
+        xs, extra = self.alone
+        return float(np.interp(float(nbytes), np.concatenate([[0.0], xs]), np.concatenate([[0.0], extra])))
 
     def best_algorithm(self, nbytes: float) -> str:
         """The algorithm `time` charges for a message of `nbytes` ("measured" on calibrated samples)."""
@@ -163,6 +180,11 @@ class LinearCost:
     def __init__(self, line: Linear):
         self.line = line
         self.measured = None
+        self.alone = None
+
+    def alone_extra(self, nbytes) -> float:
+        """No extra cost for a lone message on a line."""
+        return 0.0
 
     def time(self, nbytes, algorithm: str | None = None):
         """Seconds for one all-reduce of `nbytes` (a number or a numpy array) on the line."""

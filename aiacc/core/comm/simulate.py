@@ -8,6 +8,8 @@ priority). The next forward runs layers first to last and may start layer i only
 of layer i is all-reduced. The iteration time is when that forward ends: backward + forward + the
 communication the schedule failed to hide. With `sync="step"` the next forward instead waits for every
 all-reduce (what DDP, Horovod and an optimizer step after a global synchronize do).
+A bucket that starts on an idle network and has no other bucket ready when it ends is sent alone and is
+charged its cost model's `alone_extra` on top (measured lone messages, ClusterSpec.allreduce_samples_alone).
 """
 from __future__ import annotations
 
@@ -81,13 +83,18 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
     net = 0.0
     if plan.scheduling == "fifo":
         for k in range(nb):
+            idle = k == 0 or b_ready[k] > net  # the network idle before it
             start[k] = max(net, b_ready[k])
             end[k] = net = start[k] + dur[k]
+            if idle and (k == nb - 1 or b_ready[k + 1] > net):  # and nothing queued behind it: sent alone
+                dur[k] += cost.alone_extra(wire[k])
+                end[k] = net = start[k] + dur[k]
             order.append(k)
     else:
         by_ready = sorted(range(nb), key=lambda k: (b_ready[k], k))
         heap: list[tuple[int, int]] = []
         j = 0
+        idle = True  # the network idle before the next bucket starts
         while len(order) < nb:
             while j < nb and b_ready[by_ready[j]] <= net:
                 k = by_ready[j]
@@ -95,10 +102,15 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost: CostModel
                 j += 1
             if not heap:
                 net = b_ready[by_ready[j]]
+                idle = True
                 continue
             _, k = heapq.heappop(heap)
             start[k] = net
             end[k] = net = net + dur[k]
+            if idle and not heap and (j == nb or b_ready[by_ready[j]] > net):  # sent alone
+                dur[k] += cost.alone_extra(wire[k])
+                end[k] = net = start[k] + dur[k]
+            idle = False
             order.append(k)
     done: dict[str, float] = {}
     for k in range(nb):
@@ -149,6 +161,8 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
     t = 0.0
     ti, c_left, c_start, c_wait_from = 0, None, 0.0, None  # compute lane: task, work left (alone-seconds)
     net, n_left, n_start = None, 0.0, 0.0  # network lane: bucket in flight, work left
+    n_idle, n_extended = True, False  # the bucket in flight started on an idle network; its lone cost charged
+    busy = [0.0] * nb  # network seconds (alone) each bucket was charged
 
     def can_run(task) -> bool:
         kind, i = task
@@ -176,7 +190,8 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
         if net is None:
             k = pick()
             if k is not None:
-                net, n_left, n_start = k, dur[k], t
+                net, n_left, n_start, n_extended = k, dur[k], t, False
+                busy[k] = dur[k]
                 started[k] = True
                 order.append(k)
         c_rate = 1.0 / cs_of[net] if net is not None else 1.0
@@ -199,6 +214,12 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
             c_left -= dt * c_rate
         if net is not None:
             n_left -= dt * n_rate
+        if net is not None and n_left <= 1e-12 and n_idle and not n_extended and not any(
+                not started[k] and missing[k] == 0 and plan.buckets[k].not_before <= t + 1e-12 for k in range(nb)):
+            # started on an idle network and nothing queued behind it: a lone message, which costs more than
+            # each of a queued run (calibrate's alone samples); the network runs on for the difference
+            n_left, n_extended = cost.alone_extra(wire[net]), True
+            busy[net] += n_left
         if net is not None and n_left <= 1e-12:
             b = plan.buckets[net]
             events.append(Event("network", f"all-reduce #{net}", n_start, t,
@@ -208,6 +229,9 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
                 pending_of[g] -= 1
             finished += 1
             net = None
+            n_idle = False  # the next bucket starts at once if one is ready (queued), else on an idle network
+            if not any(not started[k] and missing[k] == 0 and plan.buckets[k].not_before <= t + 1e-12 for k in range(nb)):
+                n_idle = True
         if c_left is not None and c_left <= 1e-12:
             kind, i = tasks[ti]
             args = {"waited_s": c_start - c_wait_from} if kind == "forward" and c_wait_from is not None else {}
@@ -217,7 +241,7 @@ def _simulate_contended(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cost
                     for k in holders.get(g, ()):
                         missing[k] -= 1
             ti, c_left, c_wait_from = ti + 1, None, None
-    return SimResult(plan.strategy, t, model.forward_s + model.backward_s, float(sum(dur)), nb, order, events)
+    return SimResult(plan.strategy, t, model.forward_s + model.backward_s, float(sum(busy)), nb, order, events)
 
 
 def contention_floor(model: ModelSpec, cluster: ClusterSpec, cost: CostModel | None = None,

@@ -132,6 +132,12 @@ class ClusterSpec:
     (aiacc.core.comm.contention: `compute_slowdown` is then the slowdown beside 1 MB float32 messages).
     `contention_exponent` (0..1): how much of the CPU shares' dependence on size the measured contention
     shows (1: all of it, 0: none, the uniform model), fitted from probes at two message sizes.
+
+    `allreduce_samples_alone`: measured (bytes, seconds) of single float32 all-reduces sent on an idle network
+    with nothing queued behind them (calibrate, from 1 MB up). On a CPU transport with several worker threads
+    (gloo) a lone large message runs slower than each of a queued pair (2 testbed nodes at 10 Gbit/s: 4 MB 6.9
+    ms alone, 4.1 ms each of two queued together); the simulator charges the difference to a bucket that
+    starts on an idle network and has no other bucket ready when it ends (a step's last, lone bucket).
     """
 
     nodes: int
@@ -150,6 +156,7 @@ class ClusterSpec:
     allreduce_cpu_samples: tuple[tuple[float, float], ...] | None = None
     allreduce_cpu_samples_fp16: tuple[tuple[float, float], ...] | None = None
     contention_exponent: float = 1.0
+    allreduce_samples_alone: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
         if self.nodes < 1 or self.workers_per_node < 1:
@@ -161,7 +168,8 @@ class ClusterSpec:
         for k in ("inter_latency", "intra_latency"):
             if getattr(self, k) < 0:
                 raise CommError(f"cluster {k} must not be negative, got {getattr(self, k)}")
-        for k in ("allreduce_samples", "allreduce_samples_fp16", "allreduce_cpu_samples", "allreduce_cpu_samples_fp16"):
+        for k in ("allreduce_samples", "allreduce_samples_fp16", "allreduce_cpu_samples", "allreduce_cpu_samples_fp16",
+                  "allreduce_samples_alone"):
             pts = getattr(self, k)
             if pts is not None and (len(pts) < 2 or len({b for b, _ in pts}) < 2 or any(b < 0 or t < 0 for b, t in pts)):
                 raise CommError(f"cluster {k} need at least 2 distinct non-negative "

@@ -234,3 +234,39 @@ def test_lower_bound_holds_on_varied_models_and_clusters(seed):
                for groups in _ordered_partitions(pieces))
     lb = lower_bound(m, c, cost)
     assert best * 0.85 <= lb <= best + 1e-12
+
+
+def _alone_cluster(alone=True, **kw):
+    """Measured costs: queued 1 ms at 1 KB to 5 ms at 4 MB; alone 1.5 ms at 1 MB (below queued: no extra) and
+    8 ms at 4 MB (3 ms more than queued)."""
+    return ClusterSpec(2, 1, 1.25e9, allreduce_samples=((1e3, 1e-3), (4e6, 5e-3)),
+                       allreduce_samples_alone=((1e6, 1.5e-3), (4e6, 8e-3)) if alone else None, **kw)
+
+
+def test_alone_extra_is_the_measured_excess_over_the_queued_cost():
+    cost = CostModel(_alone_cluster())
+    assert cost.alone_extra(4e6) == pytest.approx(3e-3)
+    assert cost.alone_extra(1e6) == 0.0  # alone cheaper than queued there: no extra
+    assert cost.alone_extra(2.5e6) == pytest.approx(1.5e-3)  # interpolated
+    assert cost.alone_extra(8e6) == pytest.approx(3e-3)  # the largest sample's beyond it
+    assert CostModel(_alone_cluster(alone=False)).alone_extra(4e6) == 0.0
+
+
+@pytest.mark.parametrize("contended", [False, True])
+def test_a_lone_bucket_is_charged_its_alone_cost_and_a_queued_run_is_not(contended):
+    kw = {"compute_slowdown": 1.5} if contended else {}
+    with_alone, without = _alone_cluster(**kw), _alone_cluster(alone=False, **kw)
+    # g1 (4 MB) ready at 20 ms, g0 at 40: each bucket starts on an idle network with nothing queued behind it
+    m = model(1_000_000, 1_000_000)
+    lone = simulate(m, with_alone, per_tensor(m))
+    base = simulate(m, without, per_tensor(m))
+    assert lone.comm_busy_s == pytest.approx(base.comm_busy_s + 2 * 3e-3)
+    if contended:
+        assert lone.iteration_s > base.iteration_s
+    else:  # g1 20-28 ms, g0 40-48, forward 48-68 (queued costs: 65 ms)
+        assert base.iteration_s == pytest.approx(0.065) and lone.iteration_s == pytest.approx(0.068)
+    # two buckets ready together (one layer, two gradients): a queued run, charged the queued costs
+    m2 = ModelSpec("m2", (Layer("l0", 0.01, 0.02, (GradientSpec("a", 1_000_000), GradientSpec("b", 1_000_000))),))
+    queued = simulate(m2, with_alone, per_tensor(m2))
+    assert queued.iteration_s == pytest.approx(simulate(m2, without, per_tensor(m2)).iteration_s)
+    assert queued.comm_busy_s == pytest.approx(2 * 5e-3)
