@@ -618,8 +618,35 @@ def _layernorm(em: Emitter, node: Node) -> Ref:
     else:
         b = em.param(f"{node.name}_beta", np.broadcast_to(cb, (d,)).astype(cb.dtype)) if cb is not None \
             and cb.size in (1, d) else em.ref(bias)
-    out = em.op("LayerNorm", node.name, [em.ref(x), g, b], axis=-1, eps=eps)
+    data = em.ref(x)
+    if em.graph.meta.get("mxnet.training") and _extension_layer_norm(em, node, [x, scale, bias]):
+        # a variable's gradient may be accumulated (grad_req='add'), which lib_api's operators cannot do:
+        # an identity in front makes MXNet write or add the operator's gradient itself (ext/layer_norm.cc)
+        wrapped = [em.op("_copy", f"{node.name}_{k}", [r]) if em.nodes[r[0]].op == "null" else r
+                   for k, r in (("data", data), ("gamma", g), ("beta", b))]
+        from aiacc.plugins.mxnet.extension import LAYER_NORM_OP
+
+        out = em.op(LAYER_NORM_OP, node.name, wrapped, eps=eps)
+    else:
+        out = em.op("LayerNorm", node.name, [data, g, b], axis=-1, eps=eps)
     return [out] + [None] * (len(node.outputs) - 1)
+
+
+def _extension_layer_norm(em: Emitter, node: Node, inputs: list) -> bool:
+    """Whether a training graph's LayerNorm lowers to aiacc's extension operator: float32 only (its kernel's
+    type), and only where the library loads; where it does not, MXNet's LayerNorm runs and the reason is a
+    reported fallback."""
+    if any(v is not None and v.dtype not in (None, "float32") for v in inputs):
+        return False
+    from aiacc.errors import fallback
+    from aiacc.plugins.mxnet.extension import load
+
+    reason = load()
+    if reason is not None:
+        fallback("mxnet.extension_ops", f"node {node.name} (LayerNormalization) trains with MXNet's own LayerNorm, "
+                 f"whose CPU backward is ~20x slower: {reason}")
+        return False
+    return True
 
 
 @lowerings.register("Cast")

@@ -85,6 +85,10 @@ def export_training(graph: Graph, original: Any, static_shape: bool = False) -> 
             raise UnsupportedError(f"graph {graph.name}: the exported block does not share Parameter {name}")
     block.hybridize(static_alloc=True, static_shape=static_shape)
     block.aiacc_graph = graph
+    from aiacc.plugins.mxnet.extension import LAYER_NORM_OP
+
+    # the nodes that run as aiacc's extension operators (the report lists them)
+    block.aiacc_extension_ops = [n.name for n in sym.nodes if n.op == LAYER_NORM_OP]
     return block
 
 

@@ -416,6 +416,15 @@ class MXNetPlugin(Plugin):
             report = getattr(out, "aiacc_report", None)
             out = choose_flags(out, model, example_inputs, compile_setting)
             out.aiacc_report = report
+            if report is not None:
+                choice = out.aiacc_train_choice
+                report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
+                                           *([choice.reason] if choice.reason else [])])
+                extension = getattr(out, "aiacc_extension_ops", [])
+                if extension:
+                    report.note("export", [f"{len(extension)} LayerNorm node(s) train as aiacc_layer_norm (aiacc's "
+                                           f"MXNet extension operator): {', '.join(extension[:4])}"
+                                           + (" ..." if len(extension) > 4 else "")])
         if mode == "train" and options.get("verify", True) and example_inputs is not None:
             from aiacc.core.compare import compare_outputs
             from aiacc.errors import VerificationError
