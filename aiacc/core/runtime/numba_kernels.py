@@ -244,11 +244,9 @@ def numba_available() -> bool:
 
 def cache_dir() -> str:
     """Where the generated kernel modules (and, in their __pycache__, numba's cache) live."""
-    d = os.environ.get("AIACC_CACHE_DIR")
-    if d:
-        return os.path.join(d, "numba")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "aiacc", "numba")
+    from aiacc.core.runtime.cache import cache_dir as folder
+
+    return folder("numba")
 
 
 _MODULES: dict[str, Any] = {}

@@ -36,11 +36,9 @@ _STATE: dict[str, str | None] = {}  # "path" once loaded, or "reason" it cannot 
 
 def cache_dir() -> str:
     """Where built libraries live (one file per source/MXNet/compiler hash)."""
-    d = os.environ.get("AIACC_CACHE_DIR")
-    if d:
-        return os.path.join(d, "mxnet_ext")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "aiacc", "mxnet_ext")
+    from aiacc.core.runtime.cache import cache_dir as folder
+
+    return folder("mxnet_ext")
 
 
 def _compiler() -> str | None:
