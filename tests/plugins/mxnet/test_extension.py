@@ -170,3 +170,44 @@ def test_build_failure_is_a_one_line_reason(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r"false failed \(exit 1\)"):
         extension.build(mx)
     assert list(tmp_path.glob("mxnet_ext/*.so")) == []  # nothing half-built left behind
+
+
+SAVED_READER = """
+import sys
+import numpy as np
+from aiacc.plugins.mxnet._import import import_mxnet
+mx = import_mxnet()
+if sys.argv[2] == "load":
+    from aiacc.plugins.mxnet import extension
+    assert extension.load() is None
+try:
+    block = mx.gluon.SymbolBlock.imports(sys.argv[1] + "-symbol.json", ["data"], sys.argv[1] + "-0000.params")
+except Exception as e:  # noqa: BLE001 - the message is what the test checks
+    print("ERROR", str(e).splitlines()[0][:300])
+    sys.exit(0)
+print("OUT", float(block(mx.nd.array(np.load(sys.argv[1] + "-x.npy"))).asnumpy().sum()))
+"""
+
+
+def test_a_saved_train_block_reads_back_after_load(ext, tmp_path):
+    """A train-mode block saved with Gluon's export() names aiacc_layer_norm: a fresh process reads it after
+    extension.load() (same outputs), and without it MXNet refuses the symbol, naming the operator."""
+    import subprocess
+    import sys
+
+    x = batch()
+    fast = aiacc.optimize(encoderish(), (x,), mode="train", framework_compile=False)
+    want = float(fast(mx.nd.array(x)).asnumpy().sum())
+    prefix = str(tmp_path / "net")
+    fast.export(prefix)
+    np.save(prefix + "-x.npy", x)
+    script = tmp_path / "read.py"
+    script.write_text(SAVED_READER)
+    runs = {}
+    for mode in ("load", "plain"):
+        done = subprocess.run([sys.executable, str(script), prefix, mode], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[mode] = [ln for ln in done.stdout.splitlines() if ln.startswith(("OUT", "ERROR"))][-1]
+    assert runs["load"].startswith("OUT") and abs(float(runs["load"].split()[1]) - want) <= 1e-4 * max(1, abs(want))
+    assert runs["plain"].startswith("ERROR") and extension.LAYER_NORM_OP in runs["plain"], runs["plain"]
