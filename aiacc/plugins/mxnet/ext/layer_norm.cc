@@ -26,7 +26,8 @@ namespace {
 
 using Attrs = std::unordered_map<std::string, std::string>;
 
-// rows below this many elements run on one thread: the fork/join costs more than the work
+// rows below this many elements run on one thread: the fork/join costs more than the work. The row
+// reductions are `omp simd` (vectorized, so summed in another order than a serial loop: ~1e-7 relative)
 constexpr int64_t kParallelElements = 1 << 15;
 
 int Threads(int64_t elements) {
@@ -88,9 +89,11 @@ MXReturnValue Forward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::ve
   for (int64_t i = 0; i < n; ++i) {
     const float* row = x + i * c;
     float m = 0.f;
+#pragma omp simd reduction(+ : m)
     for (int64_t j = 0; j < c; ++j) m += row[j];
     m /= static_cast<float>(c);
     float v = 0.f;
+#pragma omp simd reduction(+ : v)
     for (int64_t j = 0; j < c; ++j) {
       const float d = row[j] - m;
       v += d * d;
@@ -135,6 +138,7 @@ MXReturnValue Backward(const Attrs& attrs, std::vector<MXTensor>* inputs, std::v
       const float r = rstd[i];
       float s1 = 0.f;
       float s2 = 0.f;
+#pragma omp simd reduction(+ : s1, s2)
       for (int64_t j = 0; j < c; ++j) {
         const float xh = (xr[j] - m) * r;
         const float gy = dr[j] * g[j];
