@@ -289,6 +289,14 @@ def choose(base: str, make_compiled: Callable[[], Any], step_of: Callable[[Any],
         build_s)
 
 
+def note(report: Any, choice: TrainChoice) -> None:
+    """Put a measured choice in the pass report's `train_step` note: what runs, every candidate's median
+    time and the reason (nothing where no report, or nothing was measured)."""
+    if report is not None and choice.ms:
+        report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
+                                   choice.reason])
+
+
 def attach(model: Any, choice: TrainChoice) -> Any:
     """Record the choice on the model (where it takes attributes) and return the model."""
     for name, value in (("aiacc_train_choice", choice), ("aiacc_train_path", choice.path)):

@@ -416,10 +416,10 @@ class MXNetPlugin(Plugin):
             report = getattr(out, "aiacc_report", None)
             out = choose_flags(out, model, example_inputs, compile_setting)
             out.aiacc_report = report
+            from aiacc.plugins.train_choice import note
+
+            note(report, out.aiacc_train_choice)
             if report is not None:
-                choice = out.aiacc_train_choice
-                report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
-                                           *([choice.reason] if choice.reason else [])])
                 extension = getattr(out, "aiacc_extension_ops", [])
                 if extension:
                     report.note("export", [f"{len(extension)} LayerNorm node(s) train as aiacc_layer_norm (aiacc's "

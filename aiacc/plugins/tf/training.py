@@ -476,7 +476,7 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     model's own forward under XLA (original_step), when that trains faster on the example inputs
     (framework_compile='auto': forward + GradientTape backward, measured interleaved; the state the step
     assigns is put back after every measured step), with the choice attached and noted in the report."""
-    from aiacc.plugins.train_choice import LOSS_DIFFERS, TrainChoice, attach, choose, perturb
+    from aiacc.plugins.train_choice import LOSS_DIFFERS, TrainChoice, attach, choose, note, perturb
 
     tfm = tf()
     graph = model.aiacc_graph.__dict__["_obj"]
@@ -552,9 +552,7 @@ def choose_step(model: Any, example_inputs: Any, setting: Any) -> Any:
     if hasattr(model, "_aiacc_xla_step"):
         model._aiacc_xla_step = xla_step
     report = getattr(model, "aiacc_report", None)
-    if report is not None and choice.ms:
-        report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
-                                   choice.reason])
+    note(report, choice)
     if hasattr(model, "_aiacc_fit_xla"):  # a Keras model: what model.fit compiles its step with
         split = SplitStep(graph, variables) if splittable else None
         fit = choose_fit(chosen, xs, noisy, trainable, assigned, setting,

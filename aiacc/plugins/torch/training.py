@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from aiacc.plugins.train_choice import TrainChoice, attach, choose, perturb, same_results
+from aiacc.plugins.train_choice import TrainChoice, attach, choose, note, perturb, same_results
 
 # the candidates' names, as aiacc_train_path and the report give them
 GRAPH = "aiacc graph"
@@ -107,9 +107,7 @@ def choose_train_step(module: torch.nn.Module, example_inputs: Any, setting: Any
     chosen, choice = choose(GRAPH, lambda: _compiled(module), lambda m: _step_of(m, args, kwargs),
                             module, setting, "torch.compile", to_arrays=_arrays, more=more,
                             perturbed=None if noisy is None else lambda: _step_of(module, noisy, kwargs)())
-    if report is not None and choice.ms:
-        report.note("train_step", [f"runs: {choice.path}", *(f"{k}: {v:.1f} ms" for k, v in choice.ms.items()),
-                                   choice.reason])
+    note(report, choice)
     return attach(chosen, choice)
 
 
