@@ -88,7 +88,7 @@ HF = list(M._HF)
 # create_model (a ViT at a small grid); transformers: _models._HF_MORE (other input kinds: pixels, audio), and
 # "hf/<name>:defaults": each _HF config with its own use_cache (a DynamicCache returned) and sdpa attention
 TIMM_MORE = ["regnety_004", "regnetx_004", "rexnetr_100", "ghostnet_100", "mixnet_m", "poolformer_s24",
-             "coat_lite_mini@224", "crossvit_9_240@240", "deit3_small_patch16_224#64", "deit_small_patch16_224#64",
+             "coat_lite_mini@224", "coat_tiny@224", "crossvit_9_240@240", "deit3_small_patch16_224#64", "deit_small_patch16_224#64",
              "beitv2_base_patch16_224#64", "pvt_v2_b1", "twins_pcpvt_small@224", "xcit_tiny_12_p16_224#64",
              "nf_resnet26", "dm_nfnet_f0", "nf_regnet_b0", "eca_nfnet_l0", "dla46_c", "dla60x_c",
              "hrnet_w18_small_v2", "inception_v4@96", "inception_resnet_v2@96", "xception65", "legacy_xception",

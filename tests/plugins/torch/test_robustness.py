@@ -153,6 +153,13 @@ INTERPOLATIONS = [
     ((2, 3, 6, 5), dict(size=(1, 3), mode="bilinear", align_corners=True)),
     ((2, 3, 6, 5), dict(size=(1, 1), mode="bilinear", align_corners=False)),
     ((2, 3, 6, 5), dict(scale_factor=1.5, mode="bilinear", align_corners=False, recompute_scale_factor=True)),
+    # fractional factors used as given (torch's output floor(in * factor), sampled at 1 / factor)
+    ((2, 3, 8, 6), dict(scale_factor=0.5, mode="bilinear", align_corners=False)),
+    ((2, 3, 8, 12), dict(scale_factor=(0.5, 0.25), mode="bilinear", align_corners=False, recompute_scale_factor=False)),
+    ((2, 3, 6, 5), dict(scale_factor=1.5, mode="bilinear", align_corners=False)),
+    ((2, 3, 6, 5), dict(scale_factor=2.5, mode="nearest")),
+    ((2, 3, 7, 5), dict(scale_factor=0.5, mode="nearest")),
+    ((2, 3, 6, 5), dict(scale_factor=1.5, mode="bicubic", align_corners=False)),
     ((2, 3, 6, 5), dict(size=(8, 7), mode="bicubic", align_corners=False)),
     ((2, 3, 6, 5), dict(scale_factor=2, mode="bicubic", align_corners=True)),
     ((2, 3, 6, 5), dict(size=(3, 2), mode="area")),

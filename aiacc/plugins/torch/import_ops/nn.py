@@ -469,7 +469,9 @@ def interpolate(imp, x, size=None, scale_factor=None, mode="nearest", align_corn
     axes = list(range(2, n + 2))
     if size is not None or recompute_scale_factor:
         return imp.op("Resize", x, None, None, imp.ints(out), axes=axes, **attrs)
-    scales = np.array([float(s) for s in pair(scale_factor, n)], np.float32)
+    # floats: pair() makes ints, which turned every fractional factor (0.5: CoaT's 28 -> 14) into 0
+    factors = scale_factor if isinstance(scale_factor, (list, tuple)) else [scale_factor] * n
+    scales = np.array([float(s) for s in factors], np.float32)
     if [int(math.floor(float(s) * d)) for s, d in zip(scales, shape[2:])] != out:
         raise Untranslatable(f"scale_factor {scale_factor} in float32 gives another output size than {out}")
     return imp.op("Resize", x, None, imp.const(scales), None, axes=axes, **attrs)
