@@ -414,12 +414,18 @@ def static_node(node: fx.Node, _seen: dict | None = None) -> bool:
     return ok
 
 
+_TABLES = ("_modules", "_parameters", "_buffers")  # nn.Module's own tables: restored entry by entry
+
+
 def _python_state(module: nn.Module) -> list[tuple[nn.Module, dict, dict]]:
-    """Each submodule's plain attributes and a shallow copy of its dict/list attributes, before a trace."""
+    """Each submodule's plain attributes and a shallow copy of its dict/list attributes (its parameter and
+    buffer tables too), before a trace."""
     out = []
     for m in module.modules():
-        attrs = {k: v for k, v in vars(m).items() if k not in ("_modules", "_parameters", "_buffers")}
-        out.append((m, attrs, {k: copy.copy(v) for k, v in attrs.items() if type(v) in (dict, list)}))
+        attrs = {k: v for k, v in vars(m).items() if k not in _TABLES}
+        containers = {k: copy.copy(v) for k, v in attrs.items() if type(v) in (dict, list)}
+        containers.update({k: dict(vars(m)[k]) for k in _TABLES[1:] if k in vars(m)})
+        out.append((m, attrs, containers))
     return out
 
 
@@ -433,6 +439,16 @@ def _drop_proxies(module: nn.Module, saved: list) -> None:
     for m, attrs, containers in saved:
         for k, v in list(vars(m).items()):
             if not has_proxy(v):
+                continue
+            if k in _TABLES[1:] and k in containers:
+                # a forward that reassigns a buffer (CTRL: `self.pos_encoding = self.pos_encoding.to(...)`)
+                # left the proxy in nn.Module's table: the entries get their tensors back, the table stays
+                for name, entry in list(v.items()):
+                    if isinstance(entry, Proxy):
+                        if name in containers[k]:
+                            v[name] = containers[k][name]
+                        else:
+                            del v[name]
                 continue
             if k not in attrs:
                 delattr(m, k)
@@ -655,6 +671,7 @@ def trace_module(module: nn.Module, concrete_args: dict[str, Any] | None,
         # keep_dropped_arguments: F.l1_loss's weight= would otherwise be traced as an unweighted loss
         with capture_autograd_functions(tracer), proxy_patches(tracer), keep_dropped_arguments():
             graph = tracer.trace(module, concrete_args=concrete_args)
+        _drop_proxies(module, saved)  # before GraphModule copies the buffers its get_attr nodes read
         _tensor_items(tracer, graph)
         gm = fx.GraphModule(tracer.root, graph, type(module).__name__)
         _constants_not_buffers(gm, module)

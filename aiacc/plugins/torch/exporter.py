@@ -30,7 +30,7 @@ from aiacc.core.passes.utils import const_value as _const_of  # initializer or C
 from aiacc.core.translate import OpTable, decompose_fused
 from aiacc.errors import UnsupportedError
 from aiacc.plugins.torch import fastpath, linear_kernel
-from aiacc.plugins.torch.opaque import CallableModule, fill_template, tie_state
+from aiacc.plugins.torch.opaque import CallableModule, check_fixed, fill_template, tie_state
 from aiacc.plugins.torch.source_watch import watch
 from aiacc.plugins.torch import layout_guard
 
@@ -465,6 +465,9 @@ def lower_opaque(b: Builder, node: Node) -> list:
     else:
         target = b.add_opaque_module(CallableModule(fn), copy_module=False)
         result = b.fx.call_module(target, tuple(args), dict(kwargs))
+    fixed = node.meta.get("torch.out_fixed") or ()
+    if fixed:  # Python numbers its users took as constants of the trace: checked on every call
+        result = b.call(check_fixed, result, tuple(fixed), f"opaque call {node.op} at node {node.name}")
     spec = node.meta["torch.out_spec"]
     positions = node.meta["torch.out_tensor_pos"]
     if spec.is_leaf() and positions == [0]:

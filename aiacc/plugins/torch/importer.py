@@ -34,7 +34,7 @@ from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError, describe, fallback, first_line
 from aiacc.plugins.torch._fx import trace_module
-from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, is_inplace, make_kernel
+from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, fixed_leaves, is_inplace, make_kernel
 
 # The converters (filled by aiacc.plugins.torch.import_ops). A converter takes the Importer and the call's
 # arguments (IR values where the argument is a tensor, Python objects otherwise) and returns the result the
@@ -598,14 +598,19 @@ class Importer:
             if isinstance(self_obj, type):  # a bound classmethod such as MyFunction.apply
                 label = f"{self_obj.__name__}.{n.target.__name__}"
         attrs = {"target": str(n.target) if n.op != "call_function" else label}
+        fixed = fixed_leaves(out_leaves, tensor_pos, bool(inputs))
+        what = f"opaque call {label} at node {n.name}"
         node = self.graph.add_opaque(label.replace(" ", ""), inputs, domain="torch", name=n.name,
                                      outputs=len(types), output_types=types, attrs=attrs, meta={
             "torch.callable": fn, "torch.kind": kind, "torch.target": n.target if n.op != "call_function" else None,
             "torch.in_spec": in_spec, "torch.template": template,
             "torch.out_spec": out_spec, "torch.out_tensor_pos": tensor_pos,
             "torch.out_consts": [None if i in tensor_pos else leaf for i, leaf in enumerate(out_leaves)],
-            "kernel": make_kernel(fn, in_spec, template, tensor_pos),
+            "torch.out_fixed": fixed,
+            "kernel": make_kernel(fn, in_spec, template, tensor_pos, fixed, what),
         })
+        if fixed:  # its check runs on every call, also where no tensor of its result is used
+            node.meta["side_effects"] = True
         results = list(node.meta["torch.out_consts"])
         for k, i in enumerate(tensor_pos):
             results[i] = node.outputs[k]

@@ -118,13 +118,60 @@ def flatten_outputs(result: Any, tensor_pos: Sequence[int]) -> list:
     return [leaves[i] for i in tensor_pos]
 
 
-def make_kernel(fn: Callable, in_spec, template: Sequence[Any], tensor_pos: Sequence[int]):
-    """A numpy-in, numpy-out kernel that runs the torch callable (for the reference executor)."""
+def fixed_leaves(out_leaves: Sequence[Any], tensor_pos: Sequence[int], has_inputs: bool) -> tuple:
+    """((position, value), ...): the Python numbers an opaque call returned beside its tensors (`tolist()`,
+    `item()`, a count) that the trace gave its users as constants. Computed from tensor inputs they can
+    change from call to call (JetMoE's `expert_size.tolist()` feeding a split), so every call checks them
+    (`check_fixed`); a call without tensor inputs returns the same numbers each time."""
+    if not has_inputs:
+        return ()
+    return tuple((i, leaf) for i, leaf in enumerate(out_leaves)
+                 if i not in tensor_pos and isinstance(leaf, (bool, int, float)))
+
+
+def check_fixed(result: Any, fixed: tuple, what: str) -> Any:
+    """`result`, after checking that its Python-number leaves at `fixed`'s positions equal the values the
+    trace fixed (GuardError otherwise, naming `what` and both values): specialised, never silently wrong.
+    A module-level function, so exported modules pickle and reload with the check (torch.load re-traces a
+    saved GraphModule: called with an fx Proxy it records one call of itself)."""
+    if isinstance(result, torch.fx.Proxy):
+        return result.tracer.create_proxy("call_function", check_fixed, (result, fixed, what), {},
+                                          name="check_fixed")
+    leaves = pytree.tree_leaves(result)
+    for i, expected in fixed:
+        got = leaves[i] if i < len(leaves) else None
+        same = got == expected or (isinstance(got, float) and got != got and expected != expected)
+        if not same or type(got) is not type(expected):
+            from aiacc.errors import GuardError
+
+            shown = [v for _, v in fixed]
+            values = [leaves[j] if j < len(leaves) else None for j, _ in fixed]
+            raise GuardError(f"{what} returned the Python values {_short(values)} where the optimized graph "
+                             f"was traced with {_short(shown)}: they are constants of the trace (computed from "
+                             f"tensor data the opaque call reads into Python), so this input needs another "
+                             f"trace (optimize again with it as the example)")
+    return result
+
+
+torch.fx.node.has_side_effect(check_fixed)  # fx's dead-code elimination keeps it
+
+
+def _short(values: list) -> str:
+    text = repr(values)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def make_kernel(fn: Callable, in_spec, template: Sequence[Any], tensor_pos: Sequence[int], fixed: tuple = (),
+                what: str = "opaque call"):
+    """A numpy-in, numpy-out kernel that runs the torch callable (for the reference executor); `fixed`: the
+    Python numbers of its result the trace fixed, checked on every call (check_fixed)."""
 
     def kernel(*arrays: np.ndarray) -> list[np.ndarray]:
         tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
         with torch.no_grad():
             result = call_opaque(fn, in_spec, template, tensors)
+        if fixed:
+            check_fixed(result, fixed, what)
         return [t.detach().cpu().numpy() for t in flatten_outputs(result, tensor_pos)]
 
     return kernel

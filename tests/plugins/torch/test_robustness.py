@@ -638,3 +638,51 @@ def test_random_draws_stay_opaque_in_training():
     check(model, (torch.randn(4, 3, 2, 2),))
     graph = aiacc.trace(model.train(), (torch.randn(4, 3, 2, 2),))
     assert [n.op for n in graph if n.is_opaque] == ["rand"]  # drawn anew on every call, never a constant
+
+
+# ------------------------------------------------------------------------------------------- reductions
+class _IntegralSums(nn.Module):
+    def forward(self, x):
+        m = x > 0
+        return (m.sum(), m.sum(1, keepdim=True), torch.sum(m.to(torch.int32), 0), x.sum(dtype=torch.float64),
+                (x * 3).to(torch.int8).sum(0), m.float().sum() * 2)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+@pytest.mark.parametrize("backend", ["native", "onnxruntime", "aiacc"])
+def test_sums_of_bool_and_integer_tensors_count_as_int64(frontend, backend):
+    """torch sums bool and integer tensors as int64 (`(mask == 0).sum()` is a count) and `sum(dtype=)` casts
+    first: the IR did a bool ReduceSum (an "any": True where torch counts 3) on every backend but native."""
+    if backend == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    model = _IntegralSums().eval()
+    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0))
+    graph = aiacc.trace(model, (x,), frontend=frontend)
+    assert [v.dtype for v in graph.outputs] == ["int64", "int64", "int64", "float64", "int64", "float32"]
+    fast = aiacc.optimize(model, (x,), backend=backend)
+    fresh = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for got, expected in zip(fast(fresh), model(fresh)):
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+class _ReassignsBuffer(nn.Module):
+    """As transformers' CTRLModel: the forward reassigns a registered buffer (`self.pos_encoding =
+    self.pos_encoding.to(device=..., dtype=...)`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(12.0).reshape(3, 4), persistent=False)
+
+    def forward(self, x):
+        self.pos = self.pos.to(device=x.device, dtype=x.dtype)
+        return x * 2 + self.pos
+
+
+def test_forward_that_reassigns_a_buffer():
+    """fx's trace put a proxy into the module's buffer table; putting the table's proxies back deleted the
+    whole table (`'CTRLModel' object has no attribute '_buffers'`). Now the entries get their tensors back."""
+    model = _ReassignsBuffer().eval()
+    check(model, (torch.randn(2, 3, 4),), train=False)
+    assert isinstance(model.pos, torch.Tensor) and dict(model.named_buffers()).keys() == {"pos"}

@@ -7,16 +7,22 @@ import torch
 
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
-from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS
+from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, torch_dtype_name
 
 
 # ---------------------------------------------------------------------------------- reductions
+_INTEGRAL = ("bool", "uint8", "int8", "int16", "int32")
+
+
 def _reduce(op_name):
     def conv(imp, x, dim=None, keepdim=False, *, dtype=None):
         x = tensor(x)
         need(op_name)
-        if dtype is not None:
-            raise Untranslatable("dtype=")
+        if dtype is not None:  # torch casts the input to dtype, then reduces
+            x = imp.op("Cast", x, to=torch_dtype_name(dtype))
+        elif op_name == "ReduceSum" and x.dtype in _INTEGRAL:
+            # torch sums bool and integer tensors as int64 ((mask == 0).sum() counts; a bool sum is no "any")
+            x = imp.op("Cast", x, to="int64")
         r = rank(x)
         dims = list(range(r)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
         return imp.op(op_name, x, imp.ints([norm_axis(d, r) for d in dims]), keepdims=int(bool(keepdim)))
