@@ -611,6 +611,11 @@ class Importer:
         })
         if fixed:  # its check runs on every call, also where no tensor of its result is used
             node.meta["side_effects"] = True
+            values = [v for _, v in fixed]
+            shown = repr(values) if len(repr(values)) <= 80 else repr(values)[:77] + "..."
+            fallback(f"torch.opaque_values:{n.name}",
+                     f"{what} returns Python values {shown} that the graph after it uses as constants: it is "
+                     f"specialised on the example's values, and a call where they differ raises GuardError")
         results = list(node.meta["torch.out_consts"])
         for k, i in enumerate(tensor_pos):
             results[i] = node.outputs[k]

@@ -85,3 +85,15 @@ def test_numbers_of_a_call_without_tensor_inputs_are_not_checked():
 
     assert fixed_leaves([3, 4.0, True, None, "s"], [], has_inputs=False) == ()
     assert fixed_leaves([3, 4.0, True, None, "s"], [], has_inputs=True) == ((0, 3), (1, 4.0), (2, True))
+
+
+def test_the_specialisation_is_said_and_strict_refuses_it():
+    from aiacc.errors import AiaccWarning, FallbackError
+
+    model = SplitByCount().eval()
+    x = _inputs(3, seed=0)
+    with pytest.warns(AiaccWarning, match=r"tolist at node tolist returns Python values \[5, 3\] that the graph "
+                                          r"after it uses as constants"):
+        aiacc.optimize(model, (x,))
+    with pytest.raises(FallbackError, match="specialised on the example's values"):
+        aiacc.optimize(model, (x,), strict=True)
