@@ -686,3 +686,14 @@ def test_forward_that_reassigns_a_buffer():
     model = _ReassignsBuffer().eval()
     check(model, (torch.randn(2, 3, 4),), train=False)
     assert isinstance(model.pos, torch.Tensor) and dict(model.named_buffers()).keys() == {"pos"}
+
+
+def test_split_with_sizes_under_torch_export():
+    """torch.export records `x.split([a, b])` as aten.split_with_sizes, which had no converter (Jamba's mamba
+    mixer kept it opaque)."""
+    model = Fn(lambda m, x: torch.cat([p * (i + 1) for i, p in enumerate(m.conv(x).split([1, 3, 2], dim=1))], 1),
+               conv=nn.Conv1d(3, 6, 1))
+    x = torch.randn(2, 3, 5)
+    graph = aiacc.trace(model.eval(), (x,), frontend="export")
+    assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    check(model, (x,))

@@ -15,7 +15,7 @@ from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import need, norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.indexing import advanced_getitem, check_axis_index
 from aiacc.plugins.torch.import_ops.nn import f_pad
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES, Dim, tensor_to_numpy
+from aiacc.plugins.torch.importer import ATEN, FUNCTIONS, METHODS, MODULES, Dim, tensor_to_numpy
 
 
 @MODULES.register(nn.Identity)
@@ -318,6 +318,9 @@ def _f_split(imp, x, split_size_or_sections, dim=0):
     else:
         sizes = [int(s) for s in split_size_or_sections]
     return split(imp, x, sizes, axis)
+
+
+ATEN.add("split_with_sizes", _f_split)  # torch.export's form of x.split([a, b]) (Jamba's mamba mixer)
 
 
 @FUNCTIONS.register(operator.getitem)
