@@ -697,3 +697,15 @@ def test_split_with_sizes_under_torch_export():
     graph = aiacc.trace(model.eval(), (x,), frontend="export")
     assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
     check(model, (x,))
+
+
+@pytest.mark.parametrize("how", [3, 4, [2], [1, 4], [-2], [2, 5]], ids=str)
+def test_tensor_split(how):
+    """torch.tensor_split (Falcon-H1's mamba mixer) into sections or at indices, under both frontends."""
+    model = Fn(lambda m, x: torch.cat([p * (i + 1) for i, p in enumerate(torch.tensor_split(m.conv(x), how, dim=1))], 1),
+               conv=nn.Conv1d(3, 6, 1))
+    x = torch.randn(2, 3, 5)
+    for frontend in ("fx", "export"):
+        graph = aiacc.trace(model.eval(), (x,), frontend=frontend)
+        assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    check(model, (x,))

@@ -320,6 +320,31 @@ def _f_split(imp, x, split_size_or_sections, dim=0):
     return split(imp, x, sizes, axis)
 
 
+@FUNCTIONS.register(torch.tensor_split)
+@METHODS.register("tensor_split")
+def _tensor_split(imp, x, indices_or_sections, dim=0):
+    """torch.tensor_split: n sections (the first size % n one longer, as numpy's array_split) or cut at the
+    given indices (as slices: clamped to the axis; indices that leave an empty part stay opaque)."""
+    x = tensor(x)
+    axis = norm_axis(dim, rank(x))
+    n = imp.shape_of(x)[axis]
+    if isinstance(indices_or_sections, Value):
+        raise Untranslatable("indices given as a tensor")
+    if isinstance(indices_or_sections, int):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise Untranslatable(f"{k} sections")
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        if 0 in sizes:
+            raise Untranslatable(f"{k} sections of an axis of {n} leave an empty part")
+    else:  # part j is x[bounds[j]:bounds[j + 1]] with Python's slice rules
+        bounds = [0] + [min(max(int(i) + (n if int(i) < 0 else 0), 0), n) for i in indices_or_sections] + [n]
+        if any(end <= start for start, end in zip(bounds, bounds[1:])):
+            raise Untranslatable(f"indices {list(indices_or_sections)} leave an empty part")
+        sizes = [end - start for start, end in zip(bounds, bounds[1:])]
+    return split(imp, x, sizes, axis)
+
+
 ATEN.add("split_with_sizes", _f_split)  # torch.export's form of x.split([a, b]) (Jamba's mamba mixer)
 
 
