@@ -699,7 +699,7 @@ def test_split_with_sizes_under_torch_export():
     check(model, (x,))
 
 
-@pytest.mark.parametrize("how", [3, 4, [2], [1, 4], [-2], [2, 5]], ids=str)
+@pytest.mark.parametrize("how", [3, 4, [2], [1, 4], [-2], [2, 5], [6], [4, 2, 9]], ids=str)
 def test_tensor_split(how):
     """torch.tensor_split (Falcon-H1's mamba mixer) into sections or at indices, under both frontends."""
     model = Fn(lambda m, x: torch.cat([p * (i + 1) for i, p in enumerate(torch.tensor_split(m.conv(x), how, dim=1))], 1),
