@@ -709,3 +709,36 @@ def test_tensor_split(how):
         graph = aiacc.trace(model.eval(), (x,), frontend=frontend)
         assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
     check(model, (x,))
+
+
+_INDEX_FORMS = {
+    "x[:, i, j]": lambda x, i, j: x[:, i, j],  # adjacent, after a full slice: the index dims in their place
+    "x[:, :, i, j]": lambda x, i, j: x[:, :, i, j],
+    "x[i, :, j]": lambda x, i, j: x[i, :, j],  # separated: the index dims first
+    "x[:, i, :, j]": lambda x, i, j: x[:, i, :, j],
+    "x[:, i[:, None], j]": lambda x, i, j: x[:, i[:, None], j],  # broadcast index tensors
+}
+
+
+@pytest.mark.parametrize("form", list(_INDEX_FORMS))
+def test_index_tensors_on_later_axes(form):
+    """Index tensors on axes that are not the leading ones (ViTDet's relative position tables under
+    torch.export stayed opaque), placed as torch places the index dims, under both frontends."""
+    fn = _INDEX_FORMS[form]
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("i", torch.tensor([2, 0, -1, 1]))
+
+        def forward(self, x, j):
+            return fn(x * 2, self.i, j) + 1
+
+    x = torch.randn(3, 5, 4, 6)
+    j = torch.tensor([1, 3, 0, -2])
+    expected = M()(x, j)
+    for frontend in ("fx", "export"):
+        graph = aiacc.trace(M().eval(), (x, j), frontend=frontend)
+        assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    check(M(), (x, j), train=False)
+    assert expected.shape == fn(x, torch.tensor([2, 0, -1, 1]), j).shape

@@ -130,7 +130,8 @@ def _wrap(imp, idx: Value, size: int) -> Value:
 def advanced_getitem(imp, x: Value, index: tuple, checked: bool = True):
     """`x[..., idx, ...]` with index tensors: one tensor index among full slices is a Gather on its axis;
     several tensors on the leading axes (`mask[batch_idx, kv_idx]`, broadcast together) index the
-    flattened leading axes with one linear index. Other mixes stay opaque. Each index tensor computed from
+    flattened leading axes with one linear index; tensors on other axes index those axes moved to the front,
+    their dims then placed as torch places them. Other mixes stay opaque. Each index tensor computed from
     the inputs is checked at run time in -size..size-1 of its axis (`check_index`; torch raises IndexError
     on another) unless not `checked` (aten._unsafe_index, which torch does not check)."""
     shape = list(imp.shape_of(x))
@@ -159,7 +160,20 @@ def advanced_getitem(imp, x: Value, index: tuple, checked: bool = True):
         axis = tensors[0]
         return imp.op("Gather", x, _wrap(imp, kinds[axis], shape[axis]), axis=axis)
     if tensors != list(range(len(tensors))):
-        raise Untranslatable("index tensors on axes that are not the leading ones")
+        # `x[:, i, j]` (ViTDet's relative positions): the indexed axes moved to the front, indexed there, and
+        # the broadcast index dims put where torch puts them: in place of the indexed axes when those are
+        # adjacent, first when a full slice separates them
+        others = [a for a in range(len(shape)) if a not in tensors]
+        moved = imp.op("Transpose", x, perm=tensors + others)
+        y = advanced_getitem(imp, moved, tuple(kinds[a] for a in tensors) + (slice(None),) * len(others),
+                             checked=False)  # checked above
+        adjacent = tensors == list(range(tensors[0], tensors[-1] + 1))
+        lead = tensors[0] if adjacent else 0  # the full-slice axes that stay before the index dims
+        if lead == 0:
+            return y
+        b = len(imp.shape_of(y)) - len(others)
+        return imp.op("Transpose", y, perm=[b + j for j in range(lead)] + list(range(b))
+                      + [b + j for j in range(lead, len(others))])
     k = len(tensors)
     strides = [int(np.prod(shape[j + 1:k])) for j in range(k)]
     linear = None
