@@ -4,6 +4,8 @@
     python benchmarks/reach.py --only bert,gpt2
     python benchmarks/reach.py --speed [--models bert,distilbert,gpt2,vit] [--sizes small,base] [--iters 20]
     python benchmarks/reach.py --speed --profile --models vit --sizes small --iters 30
+    python benchmarks/reach.py --unseen-timm 40 --seed 13      # timm models outside the sample, drawn at random
+    python benchmarks/reach.py --unseen-hf mamba,jetmoe,ctrl   # transformers types from a generic tiny config
 
 Per model: traced (whole: no opaque node), the opaque count and their reasons, optimized output verified
 on a fresh input (max error relative to the output's magnitude, 1e-4; above it, aiacc's float64 re-check
@@ -204,6 +206,95 @@ def sample(full: bool = False):
         # heads called with labels= (the loss computed in their forward)
         out += [(f"hf/{n}:labels", (lambda n=n: M.hf_with_labels(n))) for n in M._HF_HEADS]
     return out
+
+
+_BIG = ("giant", "huge", "large", "xlarge", "so400m", "gigantic", "enormous", "so150m", "_base", "xxlarge", "_big",
+        "_e_", "_g_", "_h_", "_l_", "_5b", "_2b", "_1b", "sapiens")
+_SMALL = ("tiny", "small", "nano", "pico", "atto", "femto", "xxs", "xs", "_050", "_s", "lite", "_t")
+_WIDE_INPUT = ("vit", "deit", "swin", "beit", "eva", "cait", "mixer", "levit", "crossvit", "xcit", "coat", "volo",
+               "tnt", "pit", "twins", "gcvit", "maxvit", "efficientformer", "fastvit", "tiny_vit", "hiera", "sam",
+               "nextvit", "davit", "focalnet")
+
+
+def unseen_timm(count: int, seed: int, max_params: float = 60e6):
+    """--unseen-timm: `count` timm models drawn (seeded) from its small variants that are not in the sample
+    (TIMM, TIMM_MORE), under `max_params` parameters (counted on the meta device); transformer-style models at
+    224 (or their own input size up to 256), the rest at 64, `img_size` passed where the model takes one."""
+    import random
+
+    tm = M.timm()
+    seen = {t.split("@")[0].split("#")[0] for t in TIMM + TIMM_MORE}
+    names = [n for n in tm.list_models() if n not in seen and any(k in n for k in _SMALL)
+             and not any(b in n for b in _BIG)]
+    random.Random(seed).shuffle(names)
+    out = []
+    for n in names:
+        if len(out) >= count:
+            break
+        try:
+            with torch.device("meta"):
+                params = sum(p.numel() for p in tm.create_model(n, pretrained=False).parameters())
+        except Exception:  # noqa: BLE001 - a model timm cannot build bare: not drawn
+            continue
+        if not 0 < params < max_params:
+            continue
+        cfg = tm.get_pretrained_cfg(n)
+        native = (getattr(cfg, "input_size", None) or (3, 224, 224))[-1] if cfg is not None else 224
+        size = 224 if any(k in n for k in _WIDE_INPUT) else 64
+        if native <= 256 and native != 224:
+            size = native
+
+        def build(n=n, size=size):
+            try:
+                return M.timm_model(n, size, img_size=size)
+            except TypeError:  # no img_size argument
+                return M.timm_model(n, size)
+        out.append((f"timm/{n}@{size}", build))
+    return out
+
+
+def unseen_hf(types: list[str]):
+    """--unseen-hf: transformers model types (AutoConfig.for_model names) from one generic tiny config each
+    (hidden 32, 2 layers, 2 heads, the config's own fields only), AutoModel.from_config, eager attention,
+    no cache; inputs: ids (and a mask, decoder ids) or pixel_values, as the forward takes them."""
+    import inspect
+
+    M.transformers()
+    from transformers import AutoConfig, AutoModel
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 intermediate_size=64, vocab_size=128, max_position_embeddings=64, head_dim=16, d_model=32,
+                 encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                 encoder_ffn_dim=64, decoder_ffn_dim=64, d_ff=64, num_layers=2, num_heads=2, d_kv=16, n_embd=32,
+                 n_layer=2, n_head=2, image_size=32, patch_size=8, moe_intermediate_size=32, num_experts=4,
+                 num_local_experts=4, num_experts_per_tok=2, n_routed_experts=4, shared_expert_intermediate_size=32,
+                 embed_dim=32, depths=[1, 1], hidden_sizes=[16, 32], num_channels=3)
+
+    def build(kind):
+        accepted = AutoConfig.for_model(kind).to_dict()
+        kw = {k: v for k, v in small.items() if k in accepted}
+        kw.update({k: v for k, v in (("bos_token_id", 1), ("eos_token_id", 2), ("pad_token_id", 0)) if k in accepted})
+        cfg = AutoConfig.for_model(kind, **kw)
+        if hasattr(cfg, "use_cache"):
+            cfg.use_cache = False
+        cfg._attn_implementation = "eager"
+        model = AutoModel.from_config(cfg).eval()
+        sig = inspect.signature(model.forward).parameters
+        g = torch.Generator().manual_seed(0)
+
+        def feed():
+            if "pixel_values" in sig and "input_ids" not in sig:
+                size = getattr(cfg, "image_size", 32)
+                size = size if isinstance(size, int) else size[0]
+                return {"pixel_values": torch.randn(2, getattr(cfg, "num_channels", 3), size, size, generator=g)}
+            d = {"input_ids": torch.randint(3, getattr(cfg, "vocab_size", 128), (2, 16), generator=g)}
+            if "attention_mask" in sig:
+                d["attention_mask"] = torch.ones(2, 16, dtype=torch.int64)
+                d["attention_mask"][1, 13:] = 0
+            if "decoder_input_ids" in sig:
+                d["decoder_input_ids"] = torch.randint(3, getattr(cfg, "vocab_size", 128), (2, 8), generator=g)
+            return d
+        return model, feed(), feed()
+    return [(f"hf/{kind}:generic", lambda kind=kind: build(kind)) for kind in types]
 
 
 class _ModelTimeout(BaseException):
@@ -803,6 +894,12 @@ def main(argv=None) -> int:
                     "more timm families and transformers configs")
     ap.add_argument("--large", action="store_true", help="torchvision's classification models of 90M parameters "
                     "or more, at small inputs (ViTs with image_size 64), instead of the sample")
+    ap.add_argument("--unseen-timm", type=int, default=0, metavar="N",
+                    help="instead of the sample: N timm models drawn at random from those not in it (--seed)")
+    ap.add_argument("--seed", type=int, default=0, help="--unseen-timm: the draw's seed")
+    ap.add_argument("--unseen-hf", default="", metavar="TYPES",
+                    help="instead of the sample: these transformers model types (comma-separated "
+                         "AutoConfig names), each from one generic tiny config")
     ap.add_argument("--list", action="store_true", help="print the sample's labels and stop")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds: start no model after this (chunked runs)")
     ap.add_argument("--model-timeout", type=int, default=240, help="seconds one model may take (0: no limit)")
@@ -828,6 +925,9 @@ def main(argv=None) -> int:
         return speed_main(args)
     full = args.full or os.environ.get("AIACC_REACH_FULL", "") not in ("", "0")
     chosen = large_sample() if args.large else sample(full)
+    if args.unseen_timm or args.unseen_hf:
+        chosen = (unseen_timm(args.unseen_timm, args.seed) if args.unseen_timm else []) + \
+            (unseen_hf(args.unseen_hf.split(",")) if args.unseen_hf else [])
     if args.labels:
         wanted = args.labels.split(",")
         unknown = sorted(set(wanted) - {label for label, _ in chosen})

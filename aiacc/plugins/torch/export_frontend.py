@@ -274,6 +274,9 @@ def _capture(model: nn.Module, args: list, kwargs: dict, order: list, decompose_
             out = fx.node.map_arg(n.args[0], lambda a: env[a])
             graph.output(tuple(out) if isinstance(out, (list, tuple)) else (out,))
             continue
+        if _noop_state_copy(n):  # the buffer already holds that value: nothing to write back
+            env[n] = env[n.args[0]]
+            continue
         env[n] = graph.node_copy(n, lambda a: env[a])
     _read_sizes_at_run_time(graph)
     gm = fx.GraphModule(unlifted, graph, type(model).__name__)
@@ -288,6 +291,25 @@ def _capture(model: nn.Module, args: list, kwargs: dict, order: list, decompose_
         "decomposed": sorted(str(op) for op in (decompose_ops or ())),
     }
     return gm
+
+
+_SAME_VALUE = {torch.ops.aten.to.device, torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout,
+               torch.ops.aten._to_copy.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default}
+
+
+def _noop_state_copy(n: fx.Node) -> bool:
+    """`buffer.copy_(buffer.to(its own dtype and device))`: how torch.export writes back a forward's
+    `self.buf = self.buf.to(x.device, x.dtype)` (CTRL's positional encoding) when the buffer already is in
+    that dtype and on that device. Any other write to the model's state is kept (and stays opaque)."""
+    if n.op != "call_function" or n.target is not torch.ops.aten.copy_.default or len(n.args) < 2:
+        return False
+    dst, src = n.args[0], n.args[1]
+    if not (isinstance(dst, fx.Node) and dst.op == "get_attr" and isinstance(src, fx.Node)
+            and src.op == "call_function" and src.target in _SAME_VALUE and src.args and src.args[0] is dst):
+        return False
+    before, after = dst.meta.get("val"), src.meta.get("val")
+    return isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and before.dtype == after.dtype \
+        and before.device == after.device and tuple(before.shape) == tuple(after.shape)
 
 
 # ------------------------------------------------------------------------------------------ the choice

@@ -59,6 +59,9 @@ def test_function_equals_multiply_then_conv(layout, gate_batch):
 @pytest.mark.parametrize("gate", [nn.Sigmoid, nn.Hardsigmoid])
 def test_level3_runs_the_gated_gemm_equal_to_level2(monkeypatch, gate):
     monkeypatch.setenv(se_gate.MODE_ENV, "on")
+    # the fx forward: where the TorchScript executor timed faster (a loaded machine), its traced graph calls
+    # aten::baddbmm directly and the counter below never sees the call
+    monkeypatch.setenv("AIACC_TORCHSCRIPT", "off")
     model, x = _model(gate), _x()
     l2 = aiacc.optimize(model, x, level=2)
     l3 = aiacc.optimize(model, x, level=3)

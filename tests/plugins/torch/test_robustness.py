@@ -686,6 +686,25 @@ def test_forward_that_reassigns_a_buffer():
     model = _ReassignsBuffer().eval()
     check(model, (torch.randn(2, 3, 4),), train=False)
     assert isinstance(model.pos, torch.Tensor) and dict(model.named_buffers()).keys() == {"pos"}
+    # torch.export writes the buffer back (copy_): dropped where the buffer already holds that dtype and device
+    graph = aiacc.trace(model, (torch.randn(2, 3, 4),), frontend="export")
+    assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+
+
+def test_forward_that_changes_a_buffer_keeps_the_write_back():
+    """A forward that writes new values into its buffer changes the model's state: that write is kept (an
+    opaque copy_), only a write of the value the buffer already holds is dropped."""
+    class Decays(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("pos", torch.ones(3, 4))
+
+        def forward(self, x):
+            self.pos = self.pos.to(x.dtype) * 0.5
+            return x + self.pos
+
+    graph = aiacc.trace(Decays().eval(), (torch.randn(2, 3, 4),), frontend="export")
+    assert [n.op for n in graph if n.is_opaque] == ["copy_.default"]
 
 
 def test_split_with_sizes_under_torch_export():
