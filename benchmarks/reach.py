@@ -254,47 +254,8 @@ def unseen_timm(count: int, seed: int, max_params: float = 60e6):
 
 
 def unseen_hf(types: list[str]):
-    """--unseen-hf: transformers model types (AutoConfig.for_model names) from one generic tiny config each
-    (hidden 32, 2 layers, 2 heads, the config's own fields only), AutoModel.from_config, eager attention,
-    no cache; inputs: ids (and a mask, decoder ids) or pixel_values, as the forward takes them."""
-    import inspect
-
-    M.transformers()
-    from transformers import AutoConfig, AutoModel
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                 intermediate_size=64, vocab_size=128, max_position_embeddings=64, head_dim=16, d_model=32,
-                 encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                 encoder_ffn_dim=64, decoder_ffn_dim=64, d_ff=64, num_layers=2, num_heads=2, d_kv=16, n_embd=32,
-                 n_layer=2, n_head=2, image_size=32, patch_size=8, moe_intermediate_size=32, num_experts=4,
-                 num_local_experts=4, num_experts_per_tok=2, n_routed_experts=4, shared_expert_intermediate_size=32,
-                 embed_dim=32, depths=[1, 1], hidden_sizes=[16, 32], num_channels=3)
-
-    def build(kind):
-        accepted = AutoConfig.for_model(kind).to_dict()
-        kw = {k: v for k, v in small.items() if k in accepted}
-        kw.update({k: v for k, v in (("bos_token_id", 1), ("eos_token_id", 2), ("pad_token_id", 0)) if k in accepted})
-        cfg = AutoConfig.for_model(kind, **kw)
-        if hasattr(cfg, "use_cache"):
-            cfg.use_cache = False
-        cfg._attn_implementation = "eager"
-        model = AutoModel.from_config(cfg).eval()
-        sig = inspect.signature(model.forward).parameters
-        g = torch.Generator().manual_seed(0)
-
-        def feed():
-            if "pixel_values" in sig and "input_ids" not in sig:
-                size = getattr(cfg, "image_size", 32)
-                size = size if isinstance(size, int) else size[0]
-                return {"pixel_values": torch.randn(2, getattr(cfg, "num_channels", 3), size, size, generator=g)}
-            d = {"input_ids": torch.randint(3, getattr(cfg, "vocab_size", 128), (2, 16), generator=g)}
-            if "attention_mask" in sig:
-                d["attention_mask"] = torch.ones(2, 16, dtype=torch.int64)
-                d["attention_mask"][1, 13:] = 0
-            if "decoder_input_ids" in sig:
-                d["decoder_input_ids"] = torch.randint(3, getattr(cfg, "vocab_size", 128), (2, 8), generator=g)
-            return d
-        return model, feed(), feed()
-    return [(f"hf/{kind}:generic", lambda kind=kind: build(kind)) for kind in types]
+    """--unseen-hf: transformers model types from one generic tiny config each (M.hf_generic)."""
+    return [(f"hf/{kind}:generic", lambda kind=kind: M.hf_generic(kind)) for kind in types]
 
 
 class _ModelTimeout(BaseException):

@@ -391,3 +391,48 @@ def hf_speed_model(name, size="small", batch=1, seq=128, image=224, attn="sdpa")
         return {"input_ids": torch.randint(0, config.vocab_size, (batch, seq), generator=g),
                 "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
     return model, feed(), feed()
+
+
+_GENERIC = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                intermediate_size=64, vocab_size=128, max_position_embeddings=64, head_dim=16, d_model=32,
+                encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_ffn_dim=64, d_ff=64, num_layers=2, num_heads=2, d_kv=16, n_embd=32,
+                n_layer=2, n_head=2, image_size=32, patch_size=8, moe_intermediate_size=32, num_experts=4,
+                num_local_experts=4, num_experts_per_tok=2, n_routed_experts=4, shared_expert_intermediate_size=32,
+                embed_dim=32, depths=[1, 1], hidden_sizes=[16, 32], num_channels=3)
+
+
+def hf_generic(kind: str, batch: int = 2, seq: int = 16):
+    """A transformers model of type `kind` (an AutoConfig.for_model name) from one generic tiny config: the
+    fields of _GENERIC that its config has, eager attention, no cache, random weights; (model, inputs,
+    fresh inputs): ids (with a padded mask row, decoder ids where the forward takes them) or pixel_values.
+    For models outside the tables above, as a user brings them: nothing tuned per model."""
+    import inspect
+
+    transformers()
+    from transformers import AutoConfig, AutoModel
+    accepted = AutoConfig.for_model(kind).to_dict()
+    kw = {k: v for k, v in _GENERIC.items() if k in accepted}
+    kw.update({k: v for k, v in (("bos_token_id", 1), ("eos_token_id", 2), ("pad_token_id", 0)) if k in accepted})
+    cfg = AutoConfig.for_model(kind, **kw)
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    cfg._attn_implementation = "eager"
+    model = AutoModel.from_config(cfg).eval()
+    sig = inspect.signature(model.forward).parameters
+    g = torch.Generator().manual_seed(0)
+    vocab = getattr(cfg, "vocab_size", 128)
+
+    def feed():
+        if "pixel_values" in sig and "input_ids" not in sig:
+            size = getattr(cfg, "image_size", 32)
+            size = size if isinstance(size, int) else size[0]
+            return {"pixel_values": torch.randn(batch, getattr(cfg, "num_channels", 3), size, size, generator=g)}
+        d = {"input_ids": torch.randint(3, vocab, (batch, seq), generator=g)}
+        if "attention_mask" in sig:
+            d["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64)
+            d["attention_mask"][-1, seq - 3:] = 0
+        if "decoder_input_ids" in sig:
+            d["decoder_input_ids"] = torch.randint(3, vocab, (batch, seq // 2), generator=g)
+        return d
+    return model, feed(), feed()
