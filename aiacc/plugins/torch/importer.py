@@ -557,11 +557,37 @@ class Importer:
         for part in target.split("."):
             obj = getattr(obj, part)
         if isinstance(obj, torch.Tensor):
+            if obj.dtype == torch.bfloat16 and self._only_cast_from_bfloat16(self.current, gm, target):
+                # the IR has no bfloat16; a buffer read only through casts to another float dtype
+                # (RecurrentGemma's `self.normalizer.type(x.dtype)`) is exactly its float32 value there
+                return self.graph.add_initializer(target.replace(".", "_"), obj.detach().cpu().float().numpy())
             is_state = target in dict(gm.named_parameters()) or target in dict(gm.named_buffers())
             if is_state:
                 return self.state_value(None, target, obj)
             return self.graph.add_initializer(target.replace(".", "_"), tensor_to_numpy(obj))
         return obj
+
+    _CASTS = {"to", "type", "float", "double", "half", "type_as"}
+
+    def _only_cast_from_bfloat16(self, node: fx.Node, gm: fx.GraphModule, target: str) -> bool:
+        """Whether the bfloat16 tensor of get_attr `node` is not a trained parameter and every use of it is
+        a cast whose result (in the example run) is float16/32/64, so float32 stands for it exactly."""
+        if node is None or node.op != "get_attr" or not node.users or \
+                (self.training and target in dict(gm.named_parameters())):
+            return False
+        for user in node.users:
+            if user.op == "call_function" and \
+                    getattr(getattr(user.target, "overloadpacket", None), "__name__", "") == "_assert_tensor_metadata":
+                continue  # torch.export's check of the example's metadata, which the importer drops
+            is_cast = (user.op == "call_method" and user.target in self._CASTS and user.args[0] is node) or \
+                (user.op == "call_function"  # torch.export's aten.to.dtype / aten._to_copy (named by packet)
+                 and getattr(getattr(user.target, "overloadpacket", user.target), "__name__", "") in ("_to_copy", "to")
+                 and user.args and user.args[0] is node)
+            out = self.example.get(user)
+            if not is_cast or not isinstance(out, torch.Tensor) or \
+                    out.dtype not in (torch.float16, torch.float32, torch.float64):
+                return False
+        return True
 
     def shape_of(self, v: Value) -> tuple:
         if v.shape is None or not all(isinstance(d, int) for d in v.shape):

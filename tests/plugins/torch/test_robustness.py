@@ -761,3 +761,38 @@ def test_index_tensors_on_later_axes(form):
         assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
     check(M(), (x, j), train=False)
     assert expected.shape == fn(x, torch.tensor([2, 0, -1, 1]), j).shape
+
+
+class _Bfloat16Normalizer(nn.Module):
+    """As RecurrentGemma: a float32 model with a bfloat16 buffer it reads only through a cast."""
+
+    def __init__(self, cast):
+        super().__init__()
+        self.register_buffer("normalizer", torch.tensor(3.7, dtype=torch.bfloat16), persistent=False)
+        self.cast = cast
+
+    def forward(self, x):
+        n = self.normalizer.type(x.dtype) if self.cast else self.normalizer
+        return x * n + 1
+
+
+def test_bfloat16_buffer_read_through_a_cast():
+    """The IR has no bfloat16: a buffer read only through casts to float32 is its exact float32 value (the
+    bfloat16 rounding of 3.7 kept); read directly, the model is still refused with a clear error."""
+    model = _Bfloat16Normalizer(cast=True).eval()
+    check(model, (torch.randn(2, 5),), train=False)
+    graph = aiacc.trace(model, (torch.randn(2, 5),), frontend="export")
+    assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    with pytest.raises(aiacc.errors.UnsupportedError, match="bfloat16 tensors have no numpy dtype"):
+        aiacc.trace(_Bfloat16Normalizer(cast=False).eval(), (torch.randn(2, 5),), frontend="fx")
+
+
+def test_true_division_of_integer_tensors():
+    """`int_tensor / int_tensor` (and by a Python int) is torch's default float dtype, as Ministral 3's
+    position scaling computes it; it was left opaque."""
+    model = Fn(lambda m, x, i: x * (i / (i.max() + 1)) + (i / 3) + torch.true_divide(i, i.max() + 2))
+    x, i = torch.randn(2, 6), torch.tensor([[1, 5, 2, 7, 0, 3], [4, 4, 9, 1, 2, 8]])
+    for frontend in ("fx", "export"):
+        graph = aiacc.trace(model.eval(), (x, i), frontend=frontend)
+        assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    check(model, (x, i), train=False)

@@ -86,7 +86,10 @@ def _binary(op_name: str):
         if alpha != 1:
             b = imp.op("Mul", b, imp.scalar_like(alpha, b))
         if op_name == "Div" and np.dtype(a.dtype).kind in "iub":
-            raise Untranslatable("true division of integer tensors")
+            # true division of integers is in torch's default float dtype, both operands cast to it first
+            # (Ministral 3's `positions / max_positions`)
+            to = str(torch.get_default_dtype()).replace("torch.", "")
+            a, b = imp.op("Cast", a, to=to), imp.op("Cast", b, to=to)
         return imp.op(op_name, a, b)
     return conv
 
