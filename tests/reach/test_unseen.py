@@ -19,6 +19,8 @@ FIXED = {
     "falcon_h1": "torch.tensor_split",
     "ctrl": "a forward that reassigns its buffer (fx deleted the buffer table; export's no-op write-back)",
     "vitdet": "index tensors after a full slice, under torch.export",
+    "ministral3": "true division of integer tensors",
+    "recurrent_gemma": "a bfloat16 buffer read through a cast; torch.export's in-place writes into views",
 }
 
 

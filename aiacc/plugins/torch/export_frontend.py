@@ -186,14 +186,19 @@ def _export(model: nn.Module, args: list, kwargs: dict, dynamic_shapes: Any) -> 
         raise ExportFailed(f"torch.export cannot capture {type(model).__name__}: {describe(e, 300)}") from e
 
 
+FUNCTIONALIZE = "functionalize"  # in decompose's ops: functionalize the program even with nothing to decompose
+
+
 def decompose(program: Any, ops: set) -> Any:
     """The program with the aten ops `ops` replaced by PyTorch's own decompositions (those that have one);
-    every other op is kept as it is."""
+    every other op is kept as it is. run_decompositions also functionalizes: in-place writes into views
+    (`h[:, t] = x`: aten.copy_ into a select of an intermediate, left in export's training IR) become
+    slice_scatter / select_scatter, which translate; FUNCTIONALIZE among `ops` asks for that alone."""
     from torch._decomp import core_aten_decompositions
 
     table = core_aten_decompositions()
     chosen = {op: table[op] for op in ops if op in table}
-    if not chosen:
+    if not chosen and FUNCTIONALIZE not in ops:
         return program
     try:
         return program.run_decompositions(chosen)
@@ -378,7 +383,8 @@ def _fx_graph(model: nn.Module, example_inputs: Any, mode: str):
 def export_graph(model: nn.Module, example_inputs: Any, mode: str = "inference"):
     """The IR graph of `model` through torch.export. Ops left opaque for want of a converter that PyTorch
     can decompose are decomposed and the program imported again (up to 3 rounds: a decomposition may bring
-    ops of its own). Raises ExportFailed (or the Importer's aiacc error)."""
+    ops of its own); an in-place op left opaque has the program functionalized in the next round. Raises
+    ExportFailed (or the Importer's aiacc error)."""
     from aiacc.plugins.torch.importer import Importer
 
     if mode != "inference":
@@ -388,8 +394,11 @@ def export_graph(model: nn.Module, example_inputs: Any, mode: str = "inference")
     for _ in range(4):
         imp = Importer(model, example_inputs, mode, frontend="export", decompose=ops or None)
         g = imp.run()
-        more = {n.meta.get("torch.callable") for n in g if n.is_opaque} - ops
-        more = {op for op in more if decomposable(op)}
+        left = {n.meta.get("torch.callable") for n in g if n.is_opaque} - ops
+        more = {op for op in left if decomposable(op)}
+        if FUNCTIONALIZE not in ops and any(isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable
+                                            for op in left):
+            more.add(FUNCTIONALIZE)  # an in-place op left opaque (copy_ into a view): functionalize
         if not more:
             break
         ops |= more

@@ -195,14 +195,41 @@ def tie_state(module: torch.nn.Module, qualname: str | None, root: torch.nn.Modu
                     table[name] = existing
 
 
+class OpOverloadRef:
+    """An aten (or other torch.ops) overload called by name: an OpOverload itself does not pickle (its
+    pybind11 function record), so an opaque op of a torch.export graph saved with torch.save holds this."""
+
+    def __init__(self, op: torch._ops.OpOverload):
+        self.namespace, self.name, self.overload = op.namespace, op._schema.name.split("::")[-1], op._overloadname
+        self._op = op
+
+    def resolve(self) -> torch._ops.OpOverload:
+        if getattr(self, "_op", None) is None:
+            self._op = getattr(getattr(getattr(torch.ops, self.namespace), self.name), self.overload)
+        return self._op
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        return {"namespace": self.namespace, "name": self.name, "overload": self.overload}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._op = None
+
+    def __repr__(self) -> str:
+        return f"{self.namespace}.{self.name}.{self.overload}"
+
+
 class CallableModule(torch.nn.Module):
     """An opaque function call held as a submodule of the exported module: fx's code generator cannot
     name every callable (a custom autograd Function's `apply`, a function from a user script), but it
-    can always call a submodule, and torch.save pickles it by reference."""
+    can always call a submodule, and torch.save pickles it by reference (an OpOverload by its name)."""
 
     def __init__(self, fn: Callable):
         super().__init__()
-        self.fn = fn
+        self.fn = OpOverloadRef(fn) if isinstance(fn, torch._ops.OpOverload) else fn
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

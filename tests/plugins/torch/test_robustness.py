@@ -574,7 +574,8 @@ def test_recurrent_layers_translate_and_train():
 
 
 def test_exported_modules_with_opaque_and_in_place_calls_pickle(tmp_path):
-    """Out-of-place wrappers, argument templates and resize lowerings survive torch.save / torch.load."""
+    """Out-of-place wrappers, argument templates, resize lowerings and opaque aten ops survive torch.save /
+    torch.load."""
     torch.manual_seed(0)
 
     def fn(m, x):
@@ -590,7 +591,9 @@ def test_exported_modules_with_opaque_and_in_place_calls_pickle(tmp_path):
     loaded = torch.load(tmp_path / "m.pt", weights_only=False)
     with torch.no_grad():
         close(model(x.clone()), loaded(x), 1e-5, "reloaded output")
-    check(model, (x,), opaque=["Tensor.cumsum_", "kthvalue"])
+    # torch.export (functionalized: the in-place cumsum_ translates) leaves aten.kthvalue opaque, held by name
+    # (an OpOverload does not pickle)
+    check(model, (x,), opaque=["kthvalue.default"])
 
 
 class CausalBlock(nn.Module):
@@ -796,3 +799,30 @@ def test_true_division_of_integer_tensors():
         graph = aiacc.trace(model.eval(), (x, i), frontend=frontend)
         assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
     check(model, (x, i), train=False)
+
+
+class _ScanIntoSlices(nn.Module):
+    """As RecurrentGemma's RG-LRU scan: a recurrence that writes each step into a slice of a fresh tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.decay = nn.Parameter(torch.tensor([0.5, 0.9, 0.7]))
+
+    def forward(self, x):  # x [batch, time, 3]
+        out = torch.zeros_like(x)
+        h = torch.zeros_like(x[:, 0])
+        for t in range(x.shape[1]):
+            h = self.decay * h + x[:, t]
+            out[:, t] = h
+        return out * 2
+
+
+def test_inplace_writes_into_views_under_torch_export():
+    """torch.export's training IR keeps `out[:, t] = h` as aten.copy_ into a select view, which has no
+    converter: the program is functionalized (slice/select_scatter) and translates whole."""
+    model = _ScanIntoSlices().eval()
+    x = torch.randn(2, 4, 3)
+    graph = aiacc.trace(model, (x,), frontend="export")
+    assert not [n.op for n in graph if n.is_opaque], graph.meta.get("torch.opaque_reasons")
+    assert "functionalize" in graph.meta["torch.export"]["decomposed"]
+    check(model, (x,), train=False)
