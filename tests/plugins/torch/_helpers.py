@@ -111,21 +111,26 @@ def assert_timed_choice(monkeypatch, model, x, call, what, count):
             assert (m(x) - model(x)).abs().max().item() < 1e-4
 
 
+def saved_and_loaded(module):
+    """`module` through torch.save and torch.load (in memory), as a user saves an optimized model."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(module, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
 def assert_kernel_runs_and_reloads(level2, level3, x, calls, per_run):
     """level3(x) equals level2(x) (1e-5, relative to the largest output) while `calls()` (a kernel's call
     counter) grows by `per_run`; the module saved with torch.save and loaded again answers the same (1e-6) and
     runs the kernel again. Returns (level 2's output, level 3's)."""
-    import io
-
     before = calls()
     with torch.no_grad():
         want, got = level2(x), level3(x)
     assert calls() == before + per_run, f"the kernel ran {calls() - before} times, expected {per_run}"
     assert (got - want).abs().max().item() <= 1e-5 * max(1.0, want.abs().max().item())
-    buf = io.BytesIO()
-    torch.save(level3, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
+    loaded = saved_and_loaded(level3)
     with torch.no_grad():
         assert (loaded(x) - got).abs().max().item() <= 1e-6
     assert calls() == before + 2 * per_run, "the loaded module did not run the kernel"

@@ -4,7 +4,6 @@ the example's numbers (JetMoE's `expert_size.tolist()` feeding a split gave outp
 input, silently)."""
 from __future__ import annotations
 
-import io
 import warnings
 
 import pytest
@@ -13,6 +12,7 @@ from torch import nn
 
 import aiacc
 from aiacc.errors import GuardError
+from tests.plugins.torch._helpers import saved_and_loaded
 
 
 class SplitByCount(nn.Module):
@@ -68,11 +68,7 @@ def test_changed_count_raises_and_same_count_computes(backend):
 def test_check_survives_save_and_load():
     model = SplitByCount().eval()
     x = _inputs(3, seed=0)
-    fast = _optimize(model, x)
-    buf = io.BytesIO()
-    torch.save(fast, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
+    loaded = saved_and_loaded(_optimize(model, x))
     with torch.no_grad():
         torch.testing.assert_close(loaded(_inputs(3, seed=3)), model(_inputs(3, seed=3)), rtol=1e-5, atol=1e-6)
         with pytest.raises(GuardError, match="constants of the trace"):
