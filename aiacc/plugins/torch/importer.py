@@ -34,7 +34,8 @@ from aiacc.core.ir import Graph, TensorType, Value
 from aiacc.core.translate import OpTable, Untranslatable, record_source
 from aiacc.errors import AiaccError, ShapeError, UnsupportedError, describe, fallback, first_line
 from aiacc.plugins.torch._fx import trace_module
-from aiacc.plugins.torch.opaque import HOLE, MethodCall, OutOfPlace, fixed_leaves, is_inplace, make_kernel
+from aiacc.plugins.torch.opaque import (HOLE, MethodCall, OutOfPlace, fixed_leaves, is_inplace, make_kernel,
+                                       short_repr)
 
 # The converters (filled by aiacc.plugins.torch.import_ops). A converter takes the Importer and the call's
 # arguments (IR values where the argument is a tensor, Python objects otherwise) and returns the result the
@@ -576,13 +577,12 @@ class Importer:
                 (self.training and target in dict(gm.named_parameters())):
             return False
         for user in node.users:
-            if user.op == "call_function" and \
-                    getattr(getattr(user.target, "overloadpacket", None), "__name__", "") == "_assert_tensor_metadata":
+            # a function by its name; torch.export's aten overloads (aten.to.dtype) by their packet's
+            name = getattr(getattr(user.target, "overloadpacket", user.target), "__name__", "")
+            if user.op == "call_function" and name == "_assert_tensor_metadata":
                 continue  # torch.export's check of the example's metadata, which the importer drops
             is_cast = (user.op == "call_method" and user.target in self._CASTS and user.args[0] is node) or \
-                (user.op == "call_function"  # torch.export's aten.to.dtype / aten._to_copy (named by packet)
-                 and getattr(getattr(user.target, "overloadpacket", user.target), "__name__", "") in ("_to_copy", "to")
-                 and user.args and user.args[0] is node)
+                (user.op == "call_function" and name in ("_to_copy", "to") and user.args and user.args[0] is node)
             out = self.example.get(user)
             if not is_cast or not isinstance(out, torch.Tensor) or \
                     out.dtype not in (torch.float16, torch.float32, torch.float64):
@@ -637,10 +637,9 @@ class Importer:
         })
         if fixed:  # its check runs on every call, also where no tensor of its result is used
             node.meta["side_effects"] = True
-            values = [v for _, v in fixed]
-            shown = repr(values) if len(repr(values)) <= 80 else repr(values)[:77] + "..."
             fallback(f"torch.opaque_values:{n.name}",
-                     f"{what} returns Python values {shown} that the graph after it uses as constants: it is "
+                     f"{what} returns Python values {short_repr([v for _, v in fixed], 80)} that the graph "
+                     f"after it uses as constants: it is "
                      f"specialised on the example's values, and a call where they differ raises GuardError")
         results = list(node.meta["torch.out_consts"])
         for k, i in enumerate(tensor_pos):

@@ -146,8 +146,8 @@ def check_fixed(result: Any, fixed: tuple, what: str) -> Any:
 
             shown = [v for _, v in fixed]
             values = [leaves[j] if j < len(leaves) else None for j, _ in fixed]
-            raise GuardError(f"{what} returned the Python values {_short(values)} where the optimized graph "
-                             f"was traced with {_short(shown)}: they are constants of the trace (computed from "
+            raise GuardError(f"{what} returned the Python values {short_repr(values)} where the optimized graph "
+                             f"was traced with {short_repr(shown)}: they are constants of the trace (computed from "
                              f"tensor data the opaque call reads into Python), so this input needs another "
                              f"trace (optimize again with it as the example)")
     return result
@@ -156,9 +156,10 @@ def check_fixed(result: Any, fixed: tuple, what: str) -> Any:
 torch.fx.node.has_side_effect(check_fixed)  # fx's dead-code elimination keeps it
 
 
-def _short(values: list) -> str:
+def short_repr(values: Any, limit: int = 120) -> str:
+    """repr(values), cut to `limit` characters (ending in "...") for a message."""
     text = repr(values)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def make_kernel(fn: Callable, in_spec, template: Sequence[Any], tensor_pos: Sequence[int], fixed: tuple = (),

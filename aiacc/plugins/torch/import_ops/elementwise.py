@@ -12,7 +12,7 @@ from aiacc.core.ir import Value
 from aiacc.core.translate import Untranslatable
 from aiacc.plugins.torch.import_ops.common import norm_axis, rank, tensor
 from aiacc.plugins.torch.import_ops.shape import split
-from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES
+from aiacc.plugins.torch.importer import FUNCTIONS, METHODS, MODULES, torch_dtype_name
 
 
 # ---------------------------------------------------------------------------------------- elementwise
@@ -88,7 +88,7 @@ def _binary(op_name: str):
         if op_name == "Div" and np.dtype(a.dtype).kind in "iub":
             # true division of integers is in torch's default float dtype, both operands cast to it first
             # (Ministral 3's `positions / max_positions`)
-            to = str(torch.get_default_dtype()).replace("torch.", "")
+            to = torch_dtype_name(torch.get_default_dtype())
             a, b = imp.op("Cast", a, to=to), imp.op("Cast", b, to=to)
         return imp.op(op_name, a, b)
     return conv
